@@ -1,0 +1,90 @@
+"""Every mask the book uses, built in one place.
+
+A mask answers one question: may query ``i`` attend key ``j``?  Kernels and the
+reference ask this module; tests compare against it.  Positions are aligned to the
+bottom-right: with ``Sq`` queries and ``Sk`` keys, query ``i`` sits at position
+``i + Sk - Sq`` of the key sequence (the last query is the newest token).  That is the
+alignment FlashAttention >= 2.1 and a KV-cache decode need.  PyTorch's
+``scaled_dot_product_attention(is_causal=True)`` aligns top-left instead (query ``i``
+sees keys ``j <= i``); the two agree only when ``Sq == Sk``.
+
+Rules (all combine by AND):
+
+* causal: ``j <= i + Sk - Sq``
+* strided: ``j % stride == 0``
+* window ``w``: ``|i + Sk - Sq - j| < w`` (with causal: the ``w`` newest keys)
+* key lengths ``L[b]``: ``j < L[b]`` (padding at the end of each sequence)
+* ``attn_mask``: boolean (True = may attend, as in SDPA) or additive float,
+  broadcastable to ``[B, H, Sq, Sk]``.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["allowed", "bias", "check_attn_mask", "MASK_KINDS"]
+
+MASK_KINDS = ("none", "causal", "key_padding", "additive", "boolean", "strided",
+              "strided_causal", "window", "window_causal")
+
+
+def _positions(sq: int, sk: int, device=None):
+    i = torch.arange(sq, device=device).view(sq, 1) + (sk - sq)
+    j = torch.arange(sk, device=device).view(1, sk)
+    return i, j
+
+
+def allowed(sq: int, sk: int, *, causal: bool = False, stride: int | None = None,
+            window: int | None = None, key_lengths: torch.Tensor | None = None,
+            device=None) -> torch.Tensor:
+    """Boolean tensor, True where query i may attend key j.
+
+    Shape ``[1, 1, Sq, Sk]``, or ``[B, 1, Sq, Sk]`` when ``key_lengths`` (shape ``[B]``)
+    is given.  ``attn_mask`` is not part of this: it is data, see :func:`bias`.
+    """
+    if stride is not None and (not isinstance(stride, int) or stride < 1):
+        raise ValueError(f"stride must be a positive int, got {stride!r}")
+    if window is not None and (not isinstance(window, int) or window < 1):
+        raise ValueError(f"window must be a positive int, got {window!r}")
+    i, j = _positions(sq, sk, device)
+    ok = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if causal:
+        ok &= j <= i
+    if stride is not None:
+        ok &= (j % stride) == 0
+    if window is not None:
+        ok &= (i - j).abs() < window
+    ok = ok.view(1, 1, sq, sk)
+    if key_lengths is not None:
+        if key_lengths.dim() != 1:
+            raise ValueError(f"key_lengths must have shape [B], got {tuple(key_lengths.shape)}")
+        lengths = key_lengths.to(device=ok.device).view(-1, 1, 1, 1)
+        ok = ok & (torch.arange(sk, device=ok.device).view(1, 1, 1, sk) < lengths)
+    return ok
+
+
+def check_attn_mask(attn_mask: torch.Tensor, b: int, h: int, sq: int, sk: int) -> None:
+    """Raise a clear error unless ``attn_mask`` broadcasts to ``[B, H, Sq, Sk]``."""
+    want = (b, h, sq, sk)
+    shape = tuple(attn_mask.shape)
+    if attn_mask.dim() > 4 or any(s not in (1, w) for s, w in zip(shape[::-1], want[::-1])):
+        raise ValueError(f"attn_mask of shape {shape} does not broadcast to [B, H, Sq, Sk] = {list(want)}")
+    if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+        raise TypeError(f"attn_mask must be bool or floating point, got {attn_mask.dtype}")
+
+
+def bias(b: int, h: int, sq: int, sk: int, *, attn_mask: torch.Tensor | None = None,
+         causal: bool = False, stride: int | None = None, window: int | None = None,
+         key_lengths: torch.Tensor | None = None, dtype=torch.float32, device=None) -> torch.Tensor:
+    """The additive score bias of every rule together: 0 or the additive mask where
+    attention is allowed, -inf where it is not.  Broadcastable to ``[B, H, Sq, Sk]``."""
+    ok = allowed(sq, sk, causal=causal, stride=stride, window=window,
+                 key_lengths=key_lengths, device=device)
+    out = torch.zeros(ok.shape, dtype=dtype, device=device)
+    if attn_mask is not None:
+        check_attn_mask(attn_mask, b, h, sq, sk)
+        m = attn_mask.to(device)
+        if m.dtype == torch.bool:
+            ok = ok & m
+        else:
+            out = out + m.to(dtype)
+    return out.masked_fill(~ok, float("-inf"))

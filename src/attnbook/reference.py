@@ -1,0 +1,63 @@
+"""Exact attention in PyTorch: the yardstick every kernel of the book is checked against.
+
+Shapes: ``q`` is ``[B, H, Sq, D]``; ``k`` and ``v`` are ``[B, Hkv, Sk, D]`` with ``H`` a
+multiple of ``Hkv`` (grouped-query attention: query head ``h`` reads key/value head
+``h // (H // Hkv)``; ``Hkv == 1`` is multi-query attention).
+
+A query row that may attend no key at all returns zeros, not NaN, and its
+log-sum-exp is ``-inf``.  (The softmax of an all ``-inf`` row is 0/0; we define the
+empty sum's weighted average as 0, as FlashAttention does.)
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import masks
+
+__all__ = ["attention_reference", "expand_kv"]
+
+
+def expand_kv(x: torch.Tensor, h: int) -> torch.Tensor:
+    """Repeat key/value heads so that each of the ``h`` query heads has its own."""
+    hkv = x.shape[1]
+    if h % hkv:
+        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({hkv})")
+    return x.repeat_interleave(h // hkv, dim=1)
+
+
+def attention_reference(q, k, v, *, scale=None, causal=False, attn_mask=None,
+                        key_lengths=None, stride=None, window=None,
+                        float64=False, return_lse=False):
+    """softmax(q kᵀ · scale + mask) v, computed the obvious way.
+
+    scale: defaults to 1/sqrt(D).  causal, stride, window, key_lengths, attn_mask: see
+    :mod:`attnbook.masks` (causal is aligned bottom-right).  float64: compute and return
+    in float64.  return_lse: also return the log-sum-exp of each row, ``[B, H, Sq]``.
+    """
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError("q, k, v must be 4-D: [B, H, S, D]")
+    b, h, sq, d = q.shape
+    if k.shape[0] != b or v.shape[:3] != k.shape[:3] or k.shape[3] != d:
+        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    sk = k.shape[2]
+    dtype = torch.float64 if float64 else q.dtype
+    work = torch.float64 if float64 else torch.promote_types(q.dtype, torch.float32)
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+
+    qf, kf, vf = (t.to(work) for t in (q, expand_kv(k, h), expand_kv(v, h)))
+    s = (qf @ kf.transpose(-1, -2)) * scale
+    s = s + masks.bias(b, h, sq, sk, attn_mask=attn_mask, causal=causal, stride=stride,
+                       window=window, key_lengths=key_lengths, dtype=work, device=q.device)
+    m = s.amax(dim=-1, keepdim=True)
+    m_safe = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
+    p = torch.exp(s - m_safe)
+    l = p.sum(dim=-1, keepdim=True)
+    out = (p @ vf) / torch.where(l > 0, l, torch.ones_like(l))
+    out = out.to(dtype)
+    if not return_lse:
+        return out
+    lse = (m + torch.log(l)).squeeze(-1)
+    lse = torch.where(l.squeeze(-1) > 0, lse, torch.full_like(lse, float("-inf")))
+    return out, lse.to(torch.float64 if float64 else torch.float32)
