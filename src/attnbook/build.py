@@ -1,0 +1,191 @@
+"""One way to compile a kernel, with two back ends.
+
+``compile(name, cuda, wrapper, functions)`` takes CUDA kernel source (a file of
+``attnbook/kernels`` read with :func:`kernel_source`, or text written in a cell) and a thin
+torch-facing wrapper, and returns a loaded Python module built by
+``torch.utils.cpp_extension.load_inline``:
+
+* on a GPU, nvcc compiles the kernel for the current device's architecture only;
+* without one, g++ compiles the same kernel text against the CPU emulator
+  (:mod:`attnbook.emulator`), and its kernels run thread by thread on the CPU.
+
+The wrapper is C++ that sees ``at::Tensor`` and the helpers of ``attnbook_torch.h``
+(``attnbook::check_tensor``, ``attnbook::stream()``, ``attnbook::check_launch()``); it
+declares the host launchers of the kernel text it calls. The same wrapper text serves both
+back ends.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+
+import torch
+
+from . import emulator
+
+__all__ = ["compile", "kernel_source", "CompileError", "default_backend", "ptxas_report",
+           "find_nvcc", "KERNEL_DIR", "INCLUDE_DIR"]
+
+PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
+KERNEL_DIR = PACKAGE_DIR / "kernels"
+INCLUDE_DIR = PACKAGE_DIR / "include"
+BACKENDS = ("cuda", "emulator")
+CPU_FLAGS = ["-O2", "-std=c++17", "-fno-strict-aliasing", "-DATTNBOOK_EMULATOR"]
+
+
+class CompileError(RuntimeError):
+    """The compiler rejected the source; the message holds its errors, at the reader's lines."""
+
+
+def kernel_source(filename: str) -> str:
+    """The text of a kernel file of ``attnbook/kernels``, e.g. ``kernel_source("softmax.cu")``."""
+    path = KERNEL_DIR / filename
+    if not path.is_file():
+        known = sorted(p.name for p in KERNEL_DIR.glob("*.cu"))
+        raise FileNotFoundError(f"no kernel file {filename!r}; there are {known}")
+    return path.read_text()
+
+
+def default_backend() -> str:
+    return "cuda" if torch.cuda.is_available() else "emulator"
+
+
+def _arch() -> str:
+    major, minor = torch.cuda.get_device_capability()
+    return f"{major}.{minor}"
+
+
+def _source_name(cuda: str) -> str:
+    for path in KERNEL_DIR.glob("*.cu"):
+        if path.read_text() == cuda:
+            return path.name
+    return "cell.cu"
+
+
+def _short_error(log: str, limit: int = 12) -> str:
+    lines = [ln for ln in log.splitlines() if re.search(r"\berror\b|error:|undefined reference", ln)]
+    lines = [re.sub(r"^.*?/(?=[\w.]+\.(cu|cpp|h|cuh)[:(])", "", ln) for ln in lines]
+    text = "\n".join(dict.fromkeys(lines[:limit]))
+    return text or log[-3000:]
+
+
+def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | None = None,
+            verbose: bool = False, extra_cflags=()):
+    """Compile ``cuda`` (kernel text) with ``wrapper`` (torch-facing C++) into a module that
+    exposes ``functions``. ``backend`` is "cuda", "emulator", or None for this machine's."""
+    backend = backend or default_backend()
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("backend='cuda' needs a GPU; use backend='emulator' to run on the CPU")
+    if not re.fullmatch(r"[A-Za-z_]\w*", name):
+        raise ValueError(f"extension name must be an identifier, got {name!r}")
+    functions = [functions] if isinstance(functions, str) else list(functions)
+    src_name = _source_name(cuda)
+    header = '#include "attnbook_torch.h"\n'
+    wrapper_text = f'#line 1 "wrapper"\n{wrapper}\n'
+    if backend == "emulator":
+        try:
+            kernel_text = emulator.to_cpp(cuda)
+        except SyntaxError as e:
+            raise CompileError(f"{src_name}: {e}") from None
+        cpp = [header + '#include "cuda_emulator.h"\n' + f'#line 1 "{src_name}"\n' + kernel_text
+               + "\n" + wrapper_text]
+        cu, target = [], "the CPU emulator"
+        cflags, cuda_flags = CPU_FLAGS + list(extra_cflags), []
+    else:
+        arch = _arch()
+        cpp = [header + wrapper_text]
+        cu = ["#include <cuda_runtime.h>\n" + f'#line 1 "{src_name}"\n' + cuda]
+        target = f"sm_{arch.replace('.', '')}"
+        cflags = ["-O2", "-std=c++17"] + list(extra_cflags)
+        cuda_flags = ["-O3", "-std=c++17", "-lineinfo"]
+    key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, *cflags, *cuda_flags, *functions,
+                                    (INCLUDE_DIR / "cuda_emulator.h").read_text(),
+                                    (INCLUDE_DIR / "emu_runtime.h").read_text(),
+                                    (INCLUDE_DIR / "attnbook_torch.h").read_text(),
+                                    torch.__version__]).encode()).hexdigest()[:12]
+    print(f"compiling {name} for {target} …", end="", flush=True)
+    start = time.perf_counter()
+    env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if backend == "cuda":
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch   # this GPU only: one arch compiles fastest
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torch.utils.cpp_extension import load_inline
+            module = load_inline(
+                name=f"{name}_{backend}_{key}", cpp_sources=cpp, cuda_sources=cu or None,
+                functions=functions, extra_cflags=cflags, extra_cuda_cflags=cuda_flags or None,
+                extra_include_paths=[str(INCLUDE_DIR), str(KERNEL_DIR)],
+                with_cuda=backend == "cuda", no_implicit_headers=True, verbose=verbose)
+    except RuntimeError as e:
+        print(" failed")
+        raise CompileError(f"compiling {name} failed:\n{_short_error(str(e))}") from None
+    finally:
+        if backend == "cuda":
+            if env_arch is None:
+                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+            else:
+                os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
+    print(f" {time.perf_counter() - start:.1f} s")
+    return module
+
+
+def find_nvcc() -> str | None:
+    """Path of nvcc, or None where the CUDA toolkit is absent."""
+    from torch.utils.cpp_extension import CUDA_HOME
+    for cand in ([os.path.join(CUDA_HOME, "bin", "nvcc")] if CUDA_HOME else []) + \
+            [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]:
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+def ptxas_report(cuda: str, arch: str = "sm_80") -> dict:
+    """Compile ``cuda`` with nvcc for ``arch`` (compile only, no GPU needed) and return what
+    ptxas reports per kernel: ``{kernel: {"registers", "spill_stores", "spill_loads",
+    "shared_bytes", "stack_bytes"}}``. Raises CompileError if it does not compile."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise RuntimeError("ptxas_report needs nvcc (the CUDA toolkit), which this machine lacks")
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        src = pathlib.Path(tmp) / _source_name(cuda)
+        src.write_text(cuda)
+        cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-std=c++17", "-Xptxas=-v",
+               f"-I{KERNEL_DIR}", "-o", os.devnull, str(src)]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise CompileError(f"nvcc -arch={arch} failed:\n{_short_error(run.stderr + run.stdout)}")
+    report, current = {}, None
+    for line in run.stderr.splitlines():
+        m = re.search(r"(?:Compiling entry function|Function properties for) '?(\w+)'?", line)
+        if m:
+            current = report.setdefault(_demangle(m.group(1)), {})
+            continue
+        if current is None:
+            continue
+        for key, pattern in [("stack_bytes", r"(\d+) bytes stack frame"),
+                             ("spill_stores", r"(\d+) bytes spill stores"),
+                             ("spill_loads", r"(\d+) bytes spill loads"),
+                             ("registers", r"Used (\d+) registers"),
+                             ("shared_bytes", r"(\d+) bytes smem")]:
+            m = re.search(pattern, line)
+            if m:
+                current[key] = int(m.group(1))
+    return {k: v for k, v in report.items() if "registers" in v}
+
+
+def _demangle(symbol: str) -> str:
+    filt = shutil.which("c++filt")
+    if not filt or not symbol.startswith("_Z"):
+        return symbol
+    return subprocess.run([filt, symbol], capture_output=True, text=True).stdout.strip() or symbol

@@ -1,0 +1,163 @@
+"""Running CUDA kernel source on the CPU.
+
+The kernel text is compiled by the host C++ compiler against ``include/cuda_emulator.h``,
+which provides CUDA's built-ins and runs each block's threads as cooperative fibers. Two
+pieces of CUDA syntax are not C++; :func:`to_cpp` rewrites them without moving any line:
+
+* ``kernel<<<grid, block, smem, stream>>>(args)`` becomes a call of the emulator's launcher;
+* ``extern __shared__ T name[];`` becomes a pointer to the emulator's dynamic shared memory,
+  and every static ``__shared__`` declaration inside a function is followed by a call that
+  fills it with NaN once per block.
+
+:func:`thread_order` chooses the order in which the threads of a block run between two
+barriers (also settable with the environment variable ``ATTNBOOK_THREAD_ORDER``).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+
+__all__ = ["to_cpp", "thread_order", "ORDERS"]
+
+ORDERS = ("forward", "reverse", "shuffle")
+_ENV = "ATTNBOOK_THREAD_ORDER"
+
+
+@contextlib.contextmanager
+def thread_order(order: str, seed: int = 0):
+    """Run the emulator's threads in ``order`` ("forward", "reverse" or "shuffle" with
+    ``seed``) inside the ``with`` block."""
+    if order not in ORDERS:
+        raise ValueError(f"thread order must be one of {ORDERS}, got {order!r}")
+    value = f"shuffle:{seed}" if order == "shuffle" else order
+    old = os.environ.get(_ENV)
+    os.environ[_ENV] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[_ENV]
+        else:
+            os.environ[_ENV] = old
+
+
+def _blank(source: str, strings: bool) -> str:
+    """Replace comments (and, if ``strings``, the insides of literals) by spaces, keeping
+    every newline, so positions in the result are positions in ``source``."""
+    out = list(source)
+    i, n = 0, len(source)
+    while i < n:
+        c = source[i]
+        if source.startswith("//", i):
+            j = source.find("\n", i)
+            j = n if j < 0 else j
+            out[i:j] = " " * (j - i)
+            i = j
+        elif source.startswith("/*", i):
+            j = source.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out[i:j] = [ch if ch == "\n" else " " for ch in source[i:j]]
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and source[j] != c:
+                j += 2 if source[j] == "\\" else 1
+            if strings:
+                out[i + 1:j] = " " * (j - i - 1)
+            i = j + 1
+        else:
+            i += 1
+    return "".join(out)
+
+
+def _keep_lines(old: str, new: str) -> str:
+    return new + "\n" * (old.count("\n") - new.count("\n"))
+
+
+_EXTERN_SHARED = re.compile(
+    r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+|alignas\s*\(\s*\d+\s*\)\s+)?"
+    r"([A-Za-z_][\w:<>, ]*?[\w>])\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?([A-Za-z_]\w*)\s*\[\s*\]\s*;")
+_STATIC_SHARED = re.compile(r"(?<!\w)__shared__(?!\w)([^;]*);")
+
+
+def _extern_shared(code: str) -> str:
+    def sub(m):
+        t, name = m.group(1), m.group(2)
+        return _keep_lines(m.group(0), f"{t}* const {name} = reinterpret_cast<{t}*>("
+                                       f"::attnbook_emu::rt().dynamic_smem);")
+    return _EXTERN_SHARED.sub(sub, code)
+
+
+def _declared_names(decl: str) -> list[str]:
+    names, depth, part = [], 0, ""
+    for ch in decl + ",":
+        if ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        if ch == "," and depth == 0:
+            head = re.split(r"[\[=]", part, maxsplit=1)[0]
+            ids = re.findall(r"[A-Za-z_]\w*", head)
+            if ids:
+                names.append(ids[-1])
+            part = ""
+        else:
+            part += ch
+    return names
+
+
+def _static_shared(code: str, masked: str) -> str:
+    edits = []
+    for m in _STATIC_SHARED.finditer(masked):
+        if masked[:m.start()].count("{") - masked[:m.start()].count("}") <= 0:
+            continue      # namespace scope: no statement may follow, and no block to poison for
+        calls = "".join(f" ::attnbook_emu::poison_static_shared(&{n}, sizeof({n}));"
+                        for n in _declared_names(code[m.start(1):m.end(1)]))
+        edits.append((m.end(), calls))
+    for pos, text in reversed(edits):
+        code = code[:pos] + text + code[pos:]
+    return code
+
+
+def _kernel_start(masked: str, end: int) -> int:
+    """Index where the kernel expression before ``<<<`` at ``end`` begins."""
+    i = end
+    while i > 0 and masked[i - 1].isspace():
+        i -= 1
+    if i > 0 and masked[i - 1] == ">":          # template arguments: kernel<T, 64>
+        depth = 0
+        while i > 0:
+            i -= 1
+            depth += {">": 1, "<": -1}.get(masked[i], 0)
+            if depth == 0:
+                break
+    while i > 0 and (masked[i - 1].isalnum() or masked[i - 1] in "_:"):
+        i -= 1
+    return i
+
+
+def _launches(code: str) -> str:
+    while True:
+        masked = _blank(code, strings=True)
+        open_ = masked.find("<<<")
+        if open_ < 0:
+            return code
+        close = masked.find(">>>", open_)
+        if close < 0:
+            raise SyntaxError(f"line {masked[:open_].count(chr(10)) + 1}: '<<<' without '>>>'")
+        start = _kernel_start(masked, open_)
+        kernel = code[start:open_].strip()
+        if not kernel:
+            raise SyntaxError(f"line {masked[:open_].count(chr(10)) + 1}: no kernel before '<<<'")
+        head = f'::attnbook_emu::launch_of({kernel}, "{kernel}").cfg('
+        code = code[:start] + head + code[open_ + 3:close] + ")" + code[close + 3:]
+
+
+def to_cpp(source: str) -> str:
+    """The kernel source as C++ for the emulator: same lines, CUDA-only syntax rewritten.
+    Comments are dropped (replaced by blanks)."""
+    code = _blank(source, strings=False)
+    code = _extern_shared(code)
+    code = _static_shared(code, _blank(code, strings=True))
+    return _launches(code)

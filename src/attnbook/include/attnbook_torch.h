@@ -1,0 +1,37 @@
+// The torch-facing side of an extension: the wrapper functions that check tensors, allocate
+// outputs and call a kernel's host launcher. Deliberately light: pybind and the Tensor class,
+// not torch/extension.h (which alone takes ~20 s to compile).
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/utils/pybind.h>
+
+#ifdef ATTNBOOK_EMULATOR
+typedef struct CUstream_st* cudaStream_t;
+#else
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace attnbook {
+
+#ifdef ATTNBOOK_EMULATOR
+constexpr c10::DeviceType kDevice = c10::DeviceType::CPU;
+inline cudaStream_t stream() { return nullptr; }
+inline void check_launch() {}   // the emulator throws at the failing launch
+#else
+constexpr c10::DeviceType kDevice = c10::DeviceType::CUDA;
+inline cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+inline void check_launch() { C10_CUDA_KERNEL_LAUNCH_CHECK(); }
+#endif
+
+// The checks every wrapper makes before a launch: right device, dtype, contiguous.
+inline void check_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype) {
+  TORCH_CHECK(t.device().type() == kDevice, name, " must be on ",
+              kDevice == c10::DeviceType::CUDA ? "a CUDA device" : "the CPU (emulator back end)",
+              ", got ", t.device());
+  TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+}
+
+}  // namespace attnbook
