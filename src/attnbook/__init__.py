@@ -4,10 +4,11 @@ One import gives a chapter everything it uses::
 
     import attnbook as ab
 """
-from . import masks
+from . import masks, plots
+from .build import CompileError, compile, default_backend, kernel_source, ptxas_report
+from .emulator import thread_order
 from .machine import describe_machine, has_gpu
+from .memory import peak_memory
 from .reference import attention_reference, expand_kv
 
 __version__ = "0.1.0"
-from .memory import peak_memory
-from . import plots

@@ -37,7 +37,7 @@ PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
 KERNEL_DIR = PACKAGE_DIR / "kernels"
 INCLUDE_DIR = PACKAGE_DIR / "include"
 BACKENDS = ("cuda", "emulator")
-CPU_FLAGS = ["-O2", "-std=c++17", "-fno-strict-aliasing", "-DATTNBOOK_EMULATOR"]
+CPU_FLAGS = ["-O2", "-fno-strict-aliasing", "-DATTNBOOK_EMULATOR"]
 
 
 class CompileError(RuntimeError):
@@ -105,7 +105,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
         cpp = [header + wrapper_text]
         cu = ["#include <cuda_runtime.h>\n" + f'#line 1 "{src_name}"\n' + cuda]
         target = f"sm_{arch.replace('.', '')}"
-        cflags = ["-O2", "-std=c++17"] + list(extra_cflags)
+        cflags = ["-O2"] + list(extra_cflags)
         cuda_flags = ["-O3", "-std=c++17", "-lineinfo"]
     key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, *cflags, *cuda_flags, *functions,
                                     (INCLUDE_DIR / "cuda_emulator.h").read_text(),

@@ -34,24 +34,33 @@
 constexpr int warpSize = 32;
 
 // ---- barriers and warp collectives -------------------------------------------------------
-#define __syncthreads() ((void)::attnbook_emu::syncthreads(__LINE__))
-#define __syncthreads_count(p) (::attnbook_emu::syncthreads(__LINE__, (p)))
-#define __syncthreads_and(p) (::attnbook_emu::syncthreads(__LINE__, (p)) == ::attnbook_emu::rt().nthreads)
-#define __syncthreads_or(p) (::attnbook_emu::syncthreads(__LINE__, (p)) > 0)
-#define __syncwarp(...) ::attnbook_emu::syncwarp(__LINE__, ##__VA_ARGS__)
-#define __shfl_sync(m, v, s, ...) ::attnbook_emu::shfl<::attnbook_emu::Shfl::Idx>(__LINE__, m, v, s, ##__VA_ARGS__)
-#define __shfl_up_sync(m, v, d, ...) ::attnbook_emu::shfl<::attnbook_emu::Shfl::Up>(__LINE__, m, v, d, ##__VA_ARGS__)
-#define __shfl_down_sync(m, v, d, ...) ::attnbook_emu::shfl<::attnbook_emu::Shfl::Down>(__LINE__, m, v, d, ##__VA_ARGS__)
-#define __shfl_xor_sync(m, v, x, ...) ::attnbook_emu::shfl<::attnbook_emu::Shfl::Xor>(__LINE__, m, v, x, ##__VA_ARGS__)
-#define __ballot_sync(m, p) ::attnbook_emu::vote(__LINE__, m, p)
-#define __any_sync(m, p) (::attnbook_emu::vote(__LINE__, m, p) != 0u)
-#define __all_sync(m, p) (::attnbook_emu::vote(__LINE__, m, p) == ((m) & ::attnbook_emu::existing_lanes(::attnbook_emu::rt().cur->linear / 32)))
+// Object-like macros that construct a callable tagged with the line of the call, so the
+// emulator can name the barrier in its diagnostics: __syncthreads() is SyncAt{line}().
+#define __syncthreads ::attnbook_emu::SyncAt{__LINE__}
+#define __syncthreads_count ::attnbook_emu::SyncCountAt{__LINE__}
+#define __syncthreads_and ::attnbook_emu::SyncAndAt{__LINE__}
+#define __syncthreads_or ::attnbook_emu::SyncOrAt{__LINE__}
+#define __syncwarp ::attnbook_emu::SyncwarpAt{__LINE__}
+#define __shfl_sync ::attnbook_emu::ShflAt<::attnbook_emu::Shfl::Idx>{__LINE__}
+#define __shfl_up_sync ::attnbook_emu::ShflAt<::attnbook_emu::Shfl::Up>{__LINE__}
+#define __shfl_down_sync ::attnbook_emu::ShflAt<::attnbook_emu::Shfl::Down>{__LINE__}
+#define __shfl_xor_sync ::attnbook_emu::ShflAt<::attnbook_emu::Shfl::Xor>{__LINE__}
+#define __ballot_sync ::attnbook_emu::VoteAt<::attnbook_emu::Vote::Ballot>{__LINE__}
+#define __any_sync ::attnbook_emu::VoteAt<::attnbook_emu::Vote::Any>{__LINE__}
+#define __all_sync ::attnbook_emu::VoteAt<::attnbook_emu::Vote::All>{__LINE__}
 
 namespace attnbook_emu {
 
-inline void syncwarp(int line, unsigned mask = 0xffffffffu) {
-  warp_collective(mask, line, nullptr, [](void* const*, uint32_t) {});
-}
+struct SyncAt { int line; void operator()() const { syncthreads(line); } };
+struct SyncCountAt { int line; int operator()(int p) const { return syncthreads(line, p); } };
+struct SyncAndAt { int line; int operator()(int p) const { return syncthreads(line, p) == rt().nthreads; } };
+struct SyncOrAt { int line; int operator()(int p) const { return syncthreads(line, p) > 0; } };
+struct SyncwarpAt {
+  int line;
+  void operator()(unsigned mask = 0xffffffffu) const {
+    warp_collective(mask, line, nullptr, [](void* const*, uint32_t) {});
+  }
+};
 
 enum class Shfl { Idx, Up, Down, Xor };
 struct ShflLane { uint64_t value, result; int arg, width; };
@@ -73,8 +82,11 @@ void shfl_all(void* const* data, uint32_t group) {
   }
 }
 
-template <Shfl kind, class T>
-T shfl(int line, unsigned mask, T var, int arg, int width = kWarp) {
+template <Shfl kind>
+struct ShflAt {
+  int line;
+  template <class T>
+  T operator()(unsigned mask, T var, int arg, int width = kWarp) const {
   static_assert(sizeof(T) <= 8, "__shfl_*_sync moves at most 8 bytes");
   if (width < 1 || width > kWarp || (width & (width - 1)))
     fail("__shfl_*_sync: width must be a power of two no larger than 32");
@@ -84,10 +96,12 @@ T shfl(int line, unsigned mask, T var, int arg, int width = kWarp) {
   T out;
   std::memcpy(&out, &d.result, sizeof(T));
   return out;
-}
+  }
+};
 
+enum class Vote { Ballot, Any, All };
 struct VoteLane { int pred; unsigned result; };
-inline unsigned vote(int line, unsigned mask, int pred) {
+inline unsigned ballot(int line, unsigned mask, int pred) {
   VoteLane d{pred != 0, 0};
   warp_collective(mask, line, &d, [](void* const* data, uint32_t group) {
     unsigned bits = 0;
@@ -98,6 +112,16 @@ inline unsigned vote(int line, unsigned mask, int pred) {
   });
   return d.result;
 }
+template <Vote kind>
+struct VoteAt {
+  int line;
+  auto operator()(unsigned mask, int pred) const {
+    unsigned bits = ballot(line, mask, pred);
+    if constexpr (kind == Vote::Ballot) return bits;
+    else if constexpr (kind == Vote::Any) return int(bits != 0);
+    else return int(bits == (mask & existing_lanes(rt().cur->linear / kWarp)));
+  }
+};
 
 [[noreturn]] inline void assert_fail(const char* expr, int line) {
   char buf[256];

@@ -1,0 +1,40 @@
+"""Per-lane fragment layouts of mma.sync and ldmatrix, transcribed from the PTX ISA tables
+("Matrix Fragments for mma.m16n8k16 / mma.m16n8k8 with floating point type", "ldmatrix").
+
+Each function maps (lane, element index) to (row, col) of the matrix, in the ISA's own terms:
+groupID = lane >> 2, threadID_in_group = lane % 4; element a_i lives in register i // 2,
+even i in the low 16 bits.
+"""
+
+
+def a_m16n8k16(lane, i):
+    group, tig = lane >> 2, lane % 4
+    row = group if i in (0, 1, 4, 5) else group + 8
+    col = tig * 2 + (i & 1) + (8 if i >= 4 else 0)
+    return row, col
+
+
+def b_m16n8k16(lane, i):
+    group, tig = lane >> 2, lane % 4
+    row = tig * 2 + (i & 1) + (8 if i >= 2 else 0)
+    return row, group
+
+
+def a_m16n8k8(lane, i):
+    group, tig = lane >> 2, lane % 4
+    return (group if i < 2 else group + 8), tig * 2 + (i & 1)
+
+
+def b_m16n8k8(lane, i):
+    group, tig = lane >> 2, lane % 4
+    return tig * 2 + i, group
+
+
+def c_m16n8(lane, i):
+    group, tig = lane >> 2, lane % 4
+    return (group if i < 2 else group + 8), tig * 2 + (i & 1)
+
+
+def ldmatrix(lane, i):
+    """Element i (0, 1) of the register a lane receives from one 8x8 matrix."""
+    return lane >> 2, (lane % 4) * 2 + i
