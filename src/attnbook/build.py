@@ -36,6 +36,7 @@ __all__ = ["compile", "kernel_source", "CompileError", "default_backend", "ptxas
 PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
 KERNEL_DIR = PACKAGE_DIR / "kernels"
 INCLUDE_DIR = PACKAGE_DIR / "include"
+EMULATOR_DIR = INCLUDE_DIR / "emulator"   # stands in for the CUDA toolkit's headers on the CPU
 BACKENDS = ("cuda", "emulator")
 CPU_FLAGS = ["-O2", "-fno-strict-aliasing", "-DATTNBOOK_EMULATOR"]
 
@@ -69,11 +70,19 @@ def _source_name(cuda: str) -> str:
     return "cell.cu"
 
 
-def _short_error(log: str, limit: int = 12) -> str:
+def _short_error(log: str, source: str = "", source_name: str = "", limit: int = 12) -> str:
+    """The compiler's error lines, paths trimmed, and the reader's line the first one names."""
     lines = [ln for ln in log.splitlines() if re.search(r"\berror\b|error:|undefined reference", ln)]
     lines = [re.sub(r"^.*?/(?=[\w.]+\.(cu|cpp|h|cuh)[:(])", "", ln) for ln in lines]
-    text = "\n".join(dict.fromkeys(lines[:limit]))
-    return text or log[-3000:]
+    lines = list(dict.fromkeys(lines))[:limit]
+    if not lines:
+        return log[-3000:]
+    for ln in lines:
+        m = re.match(re.escape(source_name) + r"[:(](\d+)", ln) if source_name else None
+        if m and 0 < int(m.group(1)) <= len(source.splitlines()):
+            lines.append(f"  {m.group(1)} | {source.splitlines()[int(m.group(1)) - 1].strip()}")
+            break
+    return "\n".join(lines)
 
 
 def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | None = None,
@@ -98,18 +107,17 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
             raise CompileError(f"{src_name}: {e}") from None
         cpp = [header + '#include "cuda_emulator.h"\n' + f'#line 1 "{src_name}"\n' + kernel_text
                + "\n" + wrapper_text]
-        cu, target = [], "the CPU emulator"
+        cu, target, includes = [], "the CPU emulator", [EMULATOR_DIR]
         cflags, cuda_flags = CPU_FLAGS + list(extra_cflags), []
     else:
         arch = _arch()
         cpp = [header + wrapper_text]
         cu = ["#include <cuda_runtime.h>\n" + f'#line 1 "{src_name}"\n' + cuda]
-        target = f"sm_{arch.replace('.', '')}"
+        target, includes = f"sm_{arch.replace('.', '')}", []
         cflags = ["-O2"] + list(extra_cflags)
         cuda_flags = ["-O3", "-std=c++17", "-lineinfo"]
     key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, *cflags, *cuda_flags, *functions,
-                                    (INCLUDE_DIR / "cuda_emulator.h").read_text(),
-                                    (INCLUDE_DIR / "emu_runtime.h").read_text(),
+                                    *(p.read_text() for p in sorted(EMULATOR_DIR.glob("*.h"))),
                                     (INCLUDE_DIR / "attnbook_torch.h").read_text(),
                                     torch.__version__]).encode()).hexdigest()[:12]
     print(f"compiling {name} for {target} …", end="", flush=True)
@@ -124,11 +132,11 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
             module = load_inline(
                 name=f"{name}_{backend}_{key}", cpp_sources=cpp, cuda_sources=cu or None,
                 functions=functions, extra_cflags=cflags, extra_cuda_cflags=cuda_flags or None,
-                extra_include_paths=[str(INCLUDE_DIR), str(KERNEL_DIR)],
+                extra_include_paths=[str(p) for p in (*includes, INCLUDE_DIR, KERNEL_DIR)],
                 with_cuda=backend == "cuda", no_implicit_headers=True, verbose=verbose)
     except RuntimeError as e:
         print(" failed")
-        raise CompileError(f"compiling {name} failed:\n{_short_error(str(e))}") from None
+        raise CompileError(f"compiling {name} failed:\n{_short_error(str(e), cuda, src_name)}") from None
     finally:
         if backend == "cuda":
             if env_arch is None:
@@ -169,7 +177,7 @@ def ptxas_report(cuda: str, arch: str = "sm_80") -> dict:
     for line in run.stderr.splitlines():
         m = re.search(r"(?:Compiling entry function|Function properties for) '?(\w+)'?", line)
         if m:
-            current = report.setdefault(_demangle(m.group(1)), {})
+            current = report.setdefault(_demangle(m.group(1)), {"shared_bytes": 0})
             continue
         if current is None:
             continue

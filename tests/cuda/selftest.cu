@@ -1,5 +1,7 @@
 // Kernels that exercise the emulator's built-ins, and kernels with planted bugs it must catch.
 #include <string>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include "tensor_core.cuh"
 
 // ---- block reductions: one correct, one missing the barrier inside the tree --------------

@@ -4,6 +4,8 @@
 // All 32 lanes of the warp must call them together (they are .sync.aligned instructions).
 #pragma once
 #include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 // D = A B + C with A 16x8 (row), B 8x8 (col): the sm_75 (Turing) instruction.
 __device__ __forceinline__ void mma_m16n8k8_f16(float* d, const uint32_t* a, const uint32_t* b, const float* c) {

@@ -1,0 +1,113 @@
+"""compile(): the source transform, both context-switch implementations, error reporting,
+and the nvcc compile check of every kernel file for the three architectures the book targets."""
+import pathlib
+
+import pytest
+import torch
+
+import attnbook as ab
+from attnbook import emulator
+from attnbook.build import KERNEL_DIR, find_nvcc
+
+HERE = pathlib.Path(__file__).parent / "cuda"
+KERNEL_FILES = sorted(KERNEL_DIR.glob("*.cu")) + [HERE / "selftest.cu"]
+ARCHS = ["sm_75", "sm_80", "sm_90"]
+
+
+# ---- the source transform --------------------------------------------------------------------
+def test_transform_keeps_every_line():
+    src = (HERE / "selftest.cu").read_text()
+    out = emulator.to_cpp(src)
+    assert out.count("\n") == src.count("\n")
+    assert "<<<" not in out and "extern __shared__" not in out
+    # Each launch stays on the line it was written on.
+    for i, (a, b) in enumerate(zip(src.splitlines(), out.splitlines())):
+        if "<<<" in a:
+            assert "launch_of(" in b, i
+
+
+def test_transform_of_launch_forms():
+    src = """k<<<g, b>>>(x);
+ns::k2<float, 64><<<dim3(1, 2),
+                   256, smem, stream>>>(x,
+   y);
+// k<<<1, 1>>>(commented out);
+printf("<<<not a launch>>>");
+"""
+    out = emulator.to_cpp(src)
+    assert 'launch_of(k, "k").cfg(g, b)(x);' in out
+    assert 'launch_of(ns::k2<float, 64>, "ns::k2<float, 64>").cfg(dim3(1, 2),' in out
+    assert '"<<<not a launch>>>"' in out
+    assert out.count("\n") == src.count("\n")
+
+
+def test_transform_of_shared_declarations():
+    src = """__global__ void k() {
+  extern __shared__ __align__(16) float smem[];
+  __shared__ float a[4][8], b[3];
+  __shared__ int c;
+}"""
+    out = emulator.to_cpp(src).splitlines()
+    assert "float* const smem = reinterpret_cast<float*>(" in out[1]
+    assert "poison_static_shared(&a, sizeof(a))" in out[2] and "poison_static_shared(&b, sizeof(b))" in out[2]
+    assert "poison_static_shared(&c, sizeof(c))" in out[3]
+
+
+def test_unterminated_launch_is_a_compile_error():
+    with pytest.raises(ab.CompileError, match="line 2"):
+        ab.compile("broken", "\nk<<<1, 1(x);\n", "", ["f"], backend="emulator")
+
+
+# ---- compile errors point at the reader's line -------------------------------------------------
+def test_compile_error_is_short_and_points_at_the_line():
+    src = "__global__ void k(float* x) {\n  x[0] = 1.f;\n  y[0] = 2.f;\n}\n"
+    with pytest.raises(ab.CompileError) as e:
+        ab.compile("typo", src, "", ["k"], backend="emulator")
+    msg = str(e.value)
+    assert "cell.cu:3" in msg and "was not declared" in msg and "3 | y[0] = 2.f;" in msg
+    assert len(msg.splitlines()) < 15
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        ab.compile("x", "", "", ["f"], backend="metal")
+    with pytest.raises(ValueError):
+        ab.compile("not a name", "", "", ["f"], backend="emulator")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="needs a GPU"):
+            ab.compile("x", "", "", ["f"], backend="cuda")
+    with pytest.raises(FileNotFoundError, match="vector_add.cu"):
+        ab.kernel_source("nope.cu")
+
+
+# ---- the portable context switch gives the same answers -----------------------------------------
+def test_ucontext_fallback():
+    ext = ab.compile("selftest_ucontext", (HERE / "selftest.cu").read_text(),
+                     (HERE / "selftest_wrapper.cpp").read_text(), ["run"], backend="emulator",
+                     extra_cflags=["-DATTNBOOK_EMU_UCONTEXT"])
+    x = torch.arange(2 * 100, dtype=torch.float32).reshape(2, 100)
+    with ab.thread_order("shuffle", 4):
+        out = torch.zeros(2)
+        ext.run("block_sum", [x, out], 2, 128, 0, [100])
+        torch.testing.assert_close(out, x.sum(1))
+        with pytest.raises(RuntimeError, match="__trap"):
+            ext.run("failing", [torch.zeros(64)], 2, 32, 0, [0])
+
+
+# ---- every kernel file compiles for the GPUs the book targets ----------------------------------
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc (CUDA toolkit) not installed: compile check skipped")
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("path", KERNEL_FILES, ids=lambda p: p.name)
+def test_kernel_file_compiles_with_nvcc(path, arch):
+    report = ab.ptxas_report(path.read_text(), arch)
+    assert report, f"{path.name}: no kernels found by ptxas"
+    for kernel, r in report.items():
+        assert r["registers"] > 0 and r["spill_stores"] >= 0 and r["shared_bytes"] >= 0, kernel
+
+
+def test_ptxas_report_has_the_numbers_a_chapter_shows():
+    if find_nvcc() is None:
+        pytest.skip("nvcc (CUDA toolkit) not installed")
+    report = ab.ptxas_report((HERE / "selftest.cu").read_text(), "sm_80")
+    r = report["void block_sum<true>(float const*, float*, int)"]
+    assert r["shared_bytes"] == 256 * 4 and r["spill_stores"] == 0
