@@ -10,5 +10,6 @@ from .emulator import thread_order
 from .machine import describe_machine, has_gpu
 from .memory import peak_memory
 from .reference import attention_reference, expand_kv
+from .show import show_kernel
 
 __version__ = "0.1.0"
