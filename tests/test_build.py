@@ -81,7 +81,11 @@ def test_bad_arguments():
 
 
 # ---- the portable context switch gives the same answers -----------------------------------------
-def test_ucontext_fallback():
+def test_ucontext_fallback_beside_the_assembly_switch():
+    """Two extensions with differently built emulators live in one process, each with its
+    own emulator state."""
+    asm = ab.compile("selftest", (HERE / "selftest.cu").read_text(),
+                     (HERE / "selftest_wrapper.cpp").read_text(), ["run"], backend="emulator")
     ext = ab.compile("selftest_ucontext", (HERE / "selftest.cu").read_text(),
                      (HERE / "selftest_wrapper.cpp").read_text(), ["run"], backend="emulator",
                      extra_cflags=["-DATTNBOOK_EMU_UCONTEXT"])
@@ -92,6 +96,10 @@ def test_ucontext_fallback():
         torch.testing.assert_close(out, x.sum(1))
         with pytest.raises(RuntimeError, match="__trap"):
             ext.run("failing", [torch.zeros(64)], 2, 32, 0, [0])
+        for module in (asm, ext, asm):
+            out = torch.zeros(2)
+            module.run("block_sum", [x, out], 2, 128, 0, [100])
+            torch.testing.assert_close(out, x.sum(1))
 
 
 # ---- every kernel file compiles for the GPUs the book targets ----------------------------------

@@ -38,7 +38,9 @@ KERNEL_DIR = PACKAGE_DIR / "kernels"
 INCLUDE_DIR = PACKAGE_DIR / "include"
 EMULATOR_DIR = INCLUDE_DIR / "emulator"   # stands in for the CUDA toolkit's headers on the CPU
 BACKENDS = ("cuda", "emulator")
-CPU_FLAGS = ["-O2", "-fno-strict-aliasing", "-DATTNBOOK_EMULATOR"]
+# Hidden visibility: each extension keeps its own emulator state (inline statics would otherwise
+# be merged across every loaded extension as GNU unique symbols).
+CPU_FLAGS = ["-O2", "-fno-strict-aliasing", "-fvisibility=hidden", "-DATTNBOOK_EMULATOR"]
 
 
 class CompileError(RuntimeError):
