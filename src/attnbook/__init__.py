@@ -7,6 +7,7 @@ One import gives a chapter everything it uses::
 from . import masks, plots
 from .build import CompileError, compile, default_backend, kernel_source, ptxas_report
 from .emulator import thread_order
+from .flash import flash_attention_fp32
 from .machine import describe_machine, has_gpu
 from .memory import peak_memory
 from .reference import attention_reference, expand_kv

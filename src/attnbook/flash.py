@@ -1,0 +1,59 @@
+"""The fused fp32 attention kernel of ``kernels/flash_fp32.cu``, callable from Python."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .build import compile, default_backend, kernel_source
+
+__all__ = ["flash_attention_fp32", "FLASH_FP32_HEAD_DIMS"]
+
+FLASH_FP32_HEAD_DIMS = (32, 64, 96, 128)
+
+_WRAPPER = r"""
+bool flash_fwd_fp32(const float*, const float*, const float*, float*, float*, int, int, int, int,
+                    int, int, float, bool, cudaStream_t);
+
+std::vector<at::Tensor> flash_forward(at::Tensor q, at::Tensor k, at::Tensor v, double scale, bool causal) {
+  attnbook::check_tensor(q, "q", at::kFloat);
+  attnbook::check_tensor(k, "k", at::kFloat);
+  attnbook::check_tensor(v, "v", at::kFloat);
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "q, k, v must be [B, H, S, D]");
+  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3),
+              "k and v must be [B, Hkv, Sk, D] with q's B and D");
+  TORCH_CHECK(q.size(1) % k.size(1) == 0, "query heads must be a multiple of key/value heads");
+  const int B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
+  at::Tensor o = q.new_empty(q.sizes()), lse = q.new_empty({B, H, Sq});
+  if (o.numel() == 0) return {o, lse};
+  TORCH_CHECK(flash_fwd_fp32(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                             o.data_ptr<float>(), lse.data_ptr<float>(), B, H, Hkv, Sq, Sk, D,
+                             float(scale), causal, attnbook::stream()),
+              "head_dim ", D, " is not supported (32, 64, 96 or 128)");
+  attnbook::check_launch();
+  return {o, lse};
+}
+"""
+
+_modules = {}
+
+
+def _module(backend: str):
+    if backend not in _modules:
+        _modules[backend] = compile("flash_fp32", kernel_source("flash_fp32.cu"), _WRAPPER,
+                                    ["flash_forward"], backend=backend)
+    return _modules[backend]
+
+
+def flash_attention_fp32(q, k, v, *, causal=False, scale=None, return_lse=False, backend=None):
+    """softmax(q kᵀ · scale) v by the fused fp32 kernel. q: [B, H, Sq, D]; k, v: [B, Hkv, Sk, D]
+    with H a multiple of Hkv; causal is aligned bottom-right. Returns o (and the log-sum-exp
+    [B, H, Sq] if ``return_lse``). Inputs live on the GPU, or on the CPU for the emulator."""
+    if q.dim() != 4:
+        raise ValueError(f"q must be [B, H, Sq, D], got shape {tuple(q.shape)}")
+    if q.shape[-1] not in FLASH_FP32_HEAD_DIMS:
+        raise ValueError(f"head_dim {q.shape[-1]} is not supported; use one of {FLASH_FP32_HEAD_DIMS}")
+    backend = backend or default_backend()
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    o, lse = _module(backend).flash_forward(q, k, v, scale, bool(causal))
+    return (o, lse) if return_lse else o

@@ -1,0 +1,96 @@
+// Fused attention forward in fp32 (FlashAttention-2's schedule): softmax(q kᵀ · scale) v
+// without ever storing the Sq x Sk score matrix.
+//
+// Grid: (ceil(Sq / Br), B * H). A block owns Br consecutive query rows of one (batch, head);
+// thread r owns row r: its query and its output accumulator live in registers, with the row's
+// running max m and running sum l (the online softmax). K and V stream through shared memory in
+// tiles of Bc keys, so each key/value element is read from global memory once per block, not
+// once per query: global traffic is O(Sq·D + (Sq/Br)·Sk·D) instead of O(Sq·Sk).
+//
+// Invariant after each tile: acc = Σ_j exp(s_j − m) v_j and l = Σ_j exp(s_j − m) over the keys
+// seen so far, with m their largest score; a new tile rescales both by exp(m_old − m_new).
+// Causal (aligned bottom-right: query i sees keys j ≤ i + Sk − Sq) stops the key loop after the
+// tile holding the block's last admissible key, so tiles above the diagonal are never loaded.
+#include <cmath>
+
+template <int D, int Br, int Bc>
+__global__ void flash_fwd_fp32_kernel(const float* __restrict__ q, const float* __restrict__ k,
+                                      const float* __restrict__ v, float* __restrict__ o,
+                                      float* __restrict__ lse, int H, int Hkv, int Sq, int Sk,
+                                      float scale, bool causal) {
+  __shared__ float Ks[Bc][D];
+  __shared__ float Vs[Bc][D];
+  const int bh = blockIdx.y, b = bh / H, h = bh % H, hk = h / (H / Hkv);
+  const int row = blockIdx.x * Br + threadIdx.x;
+  const bool active = row < Sq;
+  const int offset = Sk - Sq;   // query i sits at key position i + offset
+  const float* kb = k + (size_t(b) * Hkv + hk) * Sk * D;
+  const float* vb = v + (size_t(b) * Hkv + hk) * Sk * D;
+
+  float qr[D], acc[D];
+  for (int d = 0; d < D; ++d) {
+    qr[d] = active ? q[((size_t(bh) * Sq) + row) * D + d] * scale : 0.f;
+    acc[d] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+
+  int kv_end = Sk;
+  if (causal) kv_end = min(Sk, max(0, (blockIdx.x + 1) * Br + offset));
+  for (int j0 = 0; j0 < kv_end; j0 += Bc) {
+    for (int idx = threadIdx.x; idx < Bc * D; idx += Br) {   // consecutive threads, consecutive d
+      const int r = idx / D, d = idx % D, key = j0 + r;
+      Ks[r][d] = key < Sk ? kb[size_t(key) * D + d] : 0.f;
+      Vs[r][d] = key < Sk ? vb[size_t(key) * D + d] : 0.f;
+    }
+    __syncthreads();   // the tile is complete before anyone reads it
+    if (active) {
+      float s[Bc], m_new = m;
+      for (int jj = 0; jj < Bc; ++jj) {
+        const int key = j0 + jj;
+        float dot = 0.f;
+        for (int d = 0; d < D; ++d) dot += qr[d] * Ks[jj][d];
+        const bool ok = key < Sk && (!causal || key <= row + offset);
+        s[jj] = ok ? dot : -INFINITY;
+        m_new = fmaxf(m_new, s[jj]);
+      }
+      if (m_new != -INFINITY) {        // otherwise every key so far is masked: nothing to add
+        const float alpha = __expf(m - m_new);   // 0 on the first admissible tile (m = -inf)
+        l *= alpha;
+        for (int d = 0; d < D; ++d) acc[d] *= alpha;
+        for (int jj = 0; jj < Bc; ++jj) {
+          const float p = __expf(s[jj] - m_new);
+          l += p;
+          for (int d = 0; d < D; ++d) acc[d] += p * Vs[jj][d];
+        }
+        m = m_new;
+      }
+    }
+    __syncthreads();   // everyone is done with the tile before the next load overwrites it
+  }
+  if (active) {
+    const float inv = l > 0.f ? 1.f / l : 0.f;   // a row with no admissible key outputs zeros
+    for (int d = 0; d < D; ++d) o[((size_t(bh) * Sq) + row) * D + d] = acc[d] * inv;
+    lse[size_t(bh) * Sq + row] = l > 0.f ? m + logf(l) : -INFINITY;
+  }
+}
+
+template <int D>
+static void launch(const float* q, const float* k, const float* v, float* o, float* lse, int B,
+                   int H, int Hkv, int Sq, int Sk, float scale, bool causal, cudaStream_t stream) {
+  constexpr int Br = 64, Bc = 32;
+  dim3 grid((Sq + Br - 1) / Br, B * H);
+  flash_fwd_fp32_kernel<D, Br, Bc><<<grid, Br, 0, stream>>>(q, k, v, o, lse, H, Hkv, Sq, Sk, scale, causal);
+}
+
+// Returns false if head_dim is not one of those compiled (32, 64, 96, 128).
+bool flash_fwd_fp32(const float* q, const float* k, const float* v, float* o, float* lse, int B,
+                    int H, int Hkv, int Sq, int Sk, int D, float scale, bool causal,
+                    cudaStream_t stream) {
+  switch (D) {
+    case 32: launch<32>(q, k, v, o, lse, B, H, Hkv, Sq, Sk, scale, causal, stream); return true;
+    case 64: launch<64>(q, k, v, o, lse, B, H, Hkv, Sq, Sk, scale, causal, stream); return true;
+    case 96: launch<96>(q, k, v, o, lse, B, H, Hkv, Sq, Sk, scale, causal, stream); return true;
+    case 128: launch<128>(q, k, v, o, lse, B, H, Hkv, Sq, Sk, scale, causal, stream); return true;
+    default: return false;
+  }
+}

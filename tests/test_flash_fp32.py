@@ -1,0 +1,65 @@
+"""The fused fp32 kernel against the float64 reference, under every thread order."""
+import itertools
+
+import pytest
+import torch
+
+import attnbook as ab
+
+ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 7)]
+# (B, H, Hkv, Sq, Sk, D): S=1, sizes that are not multiples of the tiles (64 rows, 32 keys),
+# Sq < Sk (decode-like), Sq > Sk (rows with no admissible causal key), grouped heads.
+SHAPES = [(1, 1, 1, 1, 1, 32), (2, 2, 2, 17, 17, 64), (1, 4, 2, 65, 33, 32), (1, 2, 1, 3, 100, 96),
+          (1, 2, 2, 100, 7, 128), (2, 3, 1, 64, 64, 64)]
+
+
+def inputs(shape, seed=0, magnitude=1.0):
+    b, h, hkv, sq, sk, d = shape
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*s, generator=g) * magnitude for s in ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
+
+
+@pytest.mark.parametrize("shape,causal,order", list(itertools.product(SHAPES, [False, True], ORDERS)))
+def test_matches_reference(shape, causal, order):
+    q, k, v = inputs(shape)
+    with ab.thread_order(*order):
+        o, lse = ab.flash_attention_fp32(q, k, v, causal=causal, return_lse=True, backend="emulator")
+    ro, rlse = ab.attention_reference(q, k, v, causal=causal, float64=True, return_lse=True)
+    torch.testing.assert_close(o.double(), ro, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(lse.double(), rlse, rtol=1e-4, atol=1e-5)
+
+
+def test_rows_with_no_admissible_key_are_zero():
+    q, k, v = inputs((1, 1, 1, 80, 10, 64))          # causal: the first 70 queries precede every key
+    o, lse = ab.flash_attention_fp32(q, k, v, causal=True, return_lse=True, backend="emulator")
+    assert (o[:, :, :70] == 0).all() and (lse[:, :, :70] == float("-inf")).all()
+    assert torch.isfinite(o).all() and torch.isfinite(lse[:, :, 70:]).all()
+
+
+def test_large_magnitudes_stay_finite():
+    q, k, v = inputs((1, 2, 2, 40, 40, 64), seed=3, magnitude=30.0)   # scores of order ±1e4
+    o, lse = ab.flash_attention_fp32(q, k, v, return_lse=True, backend="emulator")
+    ro, rlse = ab.attention_reference(q, k, v, float64=True, return_lse=True)
+    assert torch.isfinite(o).all() and torch.isfinite(lse).all()
+    torch.testing.assert_close(o.double(), ro, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(lse.double(), rlse, rtol=1e-5, atol=1e-2)
+
+
+def test_explicit_scale():
+    q, k, v = inputs((1, 2, 2, 20, 30, 32), seed=4)
+    o = ab.flash_attention_fp32(q, k, v, scale=0.3, backend="emulator")
+    torch.testing.assert_close(o.double(), ab.attention_reference(q, k, v, scale=0.3, float64=True), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda q, k, v: (q[..., :24].contiguous(), k[..., :24].contiguous(), v[..., :24].contiguous()), "head_dim 24"),
+    (lambda q, k, v: (q.double(), k, v), "q must be Float"),
+    (lambda q, k, v: (q.transpose(2, 3).contiguous().transpose(2, 3), k, v), "q must be contiguous"),
+    (lambda q, k, v: (q, k[:, :, :5].contiguous(), v), "k and v must be"),
+    (lambda q, k, v: (q, k[:, :1].contiguous().expand(1, 3, 6, 32).contiguous(), v[:, :1].contiguous().expand(1, 3, 6, 32).contiguous()), "multiple"),
+    (lambda q, k, v: (q[0], k, v), r"\[B, H, Sq, D\]"),
+])
+def test_bad_inputs_raise_clear_errors(change, match):
+    q, k, v = inputs((1, 2, 2, 5, 6, 32))
+    with pytest.raises((RuntimeError, ValueError), match=match):
+        ab.flash_attention_fp32(*change(q, k, v), backend="emulator")
