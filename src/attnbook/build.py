@@ -117,7 +117,10 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
         cu = ["#include <cuda_runtime.h>\n" + f'#line 1 "{src_name}"\n' + cuda]
         target, includes = f"sm_{arch.replace('.', '')}", []
         cflags = ["-O2"] + list(extra_cflags)
-        cuda_flags = ["-O3", "-std=c++17", "-lineinfo"]
+        # torch's extension builder hides cuda_fp16/bf16's operators and conversions; the
+        # emulator and ptxas_report have them, so the same kernel text must see them here too.
+        cuda_flags = ["-O3", "-std=c++17", "-lineinfo"] + [f"-U__CUDA_NO_{m}__" for m in (
+            "HALF_OPERATORS", "HALF_CONVERSIONS", "HALF2_OPERATORS", "BFLOAT16_CONVERSIONS")]
     key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, *cflags, *cuda_flags, *functions,
                                     *(p.read_text() for p in sorted(EMULATOR_DIR.glob("*.h"))),
                                     (INCLUDE_DIR / "attnbook_torch.h").read_text(),
