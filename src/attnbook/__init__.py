@@ -5,6 +5,7 @@ One import gives a chapter everything it uses::
     import attnbook as ab
 """
 from . import masks, plots
+from .attention import Attention, attention
 from .build import CompileError, compile, default_backend, kernel_source, ptxas_report
 from .emulator import thread_order
 from .flash import flash_attention_fp32

@@ -30,7 +30,7 @@ import torch
 
 from . import emulator
 
-__all__ = ["compile", "kernel_source", "CompileError", "default_backend", "ptxas_report",
+__all__ = ["compile", "kernel_source", "package_module", "CompileError", "default_backend", "ptxas_report",
            "find_nvcc", "KERNEL_DIR", "INCLUDE_DIR"]
 
 PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
@@ -150,6 +150,18 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
                 os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
     print(f" {time.perf_counter() - start:.1f} s")
     return module
+
+
+_package_modules = {}
+
+
+def package_module(name: str, filename: str, wrapper: str, functions, backend: str):
+    """The package's own extension for kernel file ``filename``, compiled once per process and
+    back end."""
+    key = (name, backend)
+    if key not in _package_modules:
+        _package_modules[key] = compile(name, kernel_source(filename), wrapper, functions, backend=backend)
+    return _package_modules[key]
 
 
 def find_nvcc() -> str | None:

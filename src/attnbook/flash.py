@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from .build import compile, default_backend, kernel_source
+from .build import default_backend, package_module
 
 __all__ = ["flash_attention_fp32", "FLASH_FP32_HEAD_DIMS"]
 
@@ -35,16 +35,6 @@ std::vector<at::Tensor> flash_forward(at::Tensor q, at::Tensor k, at::Tensor v, 
 }
 """
 
-_modules = {}
-
-
-def _module(backend: str):
-    if backend not in _modules:
-        _modules[backend] = compile("flash_fp32", kernel_source("flash_fp32.cu"), _WRAPPER,
-                                    ["flash_forward"], backend=backend)
-    return _modules[backend]
-
-
 def flash_attention_fp32(q, k, v, *, causal=False, scale=None, return_lse=False, backend=None):
     """softmax(q kᵀ · scale) v by the fused fp32 kernel. q: [B, H, Sq, D]; k, v: [B, Hkv, Sk, D]
     with H a multiple of Hkv; causal is aligned bottom-right. Returns o (and the log-sum-exp
@@ -55,5 +45,6 @@ def flash_attention_fp32(q, k, v, *, causal=False, scale=None, return_lse=False,
         raise ValueError(f"head_dim {q.shape[-1]} is not supported; use one of {FLASH_FP32_HEAD_DIMS}")
     backend = backend or default_backend()
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    o, lse = _module(backend).flash_forward(q, k, v, scale, bool(causal))
+    module = package_module("flash_fp32", "flash_fp32.cu", _WRAPPER, ["flash_forward"], backend)
+    o, lse = module.flash_forward(q, k, v, scale, bool(causal))
     return (o, lse) if return_lse else o

@@ -1,0 +1,143 @@
+"""``attnbook.attention``: the book's kernels behind the signature of
+``torch.nn.functional.scaled_dot_product_attention``.
+
+Every input is checked before anything is launched. Tensors on a CUDA device run the CUDA
+kernels; tensors on the CPU run the same kernels on the emulator.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import masks
+from .build import package_module
+from .flash import FLASH_FP32_HEAD_DIMS, flash_attention_fp32
+
+__all__ = ["attention", "Attention", "IMPLS"]
+
+IMPLS = ("naive", "flash")
+
+_NAIVE_WRAPPER = r"""
+#include "mask_params.h"
+void attention_naive(const float*, const float*, const float*, float*, float*, int, int, int, int,
+                     int, int, float, MaskParams, cudaStream_t);
+
+// bias: additive mask viewed as [B, H, Sq, Sk] with broadcast strides (numel 0: none);
+// lengths: int32 [B] key lengths (numel 0: none).
+at::Tensor naive_forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor bias, at::Tensor lengths,
+                         bool causal, int64_t stride, int64_t window, double scale) {
+  attnbook::check_tensor(q, "q", at::kFloat);
+  attnbook::check_tensor(k, "k", at::kFloat);
+  attnbook::check_tensor(v, "v", at::kFloat);
+  const int B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
+  MaskParams m;
+  m.causal = causal;
+  m.stride = int(stride);
+  m.window = int(window);
+  if (bias.numel() > 0) {
+    TORCH_CHECK(bias.scalar_type() == at::kFloat && bias.dim() == 4, "bias must be a float [B, H, Sq, Sk] view");
+    m.bias = bias.data_ptr<float>();
+    m.bs0 = bias.stride(0); m.bs1 = bias.stride(1); m.bs2 = bias.stride(2); m.bs3 = bias.stride(3);
+  }
+  if (lengths.numel() > 0) {
+    attnbook::check_tensor(lengths, "key_lengths", at::kInt);
+    m.key_lengths = lengths.data_ptr<int>();
+  }
+  at::Tensor o = q.new_empty(q.sizes());
+  if (o.numel() == 0) return o;
+  at::Tensor s = q.new_empty({B, H, Sq, Sk});
+  attention_naive(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), s.data_ptr<float>(),
+                  o.data_ptr<float>(), B, H, Hkv, Sq, Sk, D, float(scale), m, attnbook::stream());
+  attnbook::check_launch();
+  return o;
+}
+"""
+
+
+def _check(q, k, v, attn_mask, key_lengths, stride, window):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [B, H, S, D], got shape {tuple(t.shape)}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32, got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"q, k, v must be on one device: {name} is on {t.device}, q on {q.device}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (call .contiguous() first)")
+    if q.device.type not in ("cuda", "cpu"):
+        raise ValueError(f"tensors must be on a CUDA device (or the CPU for the emulator), got {q.device}")
+    b, h, _, d = q.shape
+    if k.shape != v.shape or k.shape[0] != b or k.shape[3] != d:
+        raise ValueError(f"k and v must both be [B, Hkv, Sk, D] with q's B={b} and D={d}; "
+                         f"got k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if h % k.shape[1]:
+        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({k.shape[1]})")
+    if attn_mask is not None:
+        if not isinstance(attn_mask, torch.Tensor):
+            raise TypeError("attn_mask must be a tensor")
+        masks.check_attn_mask(attn_mask, b, h, q.shape[2], k.shape[2])
+        if attn_mask.device != q.device:
+            raise ValueError(f"attn_mask is on {attn_mask.device}, q on {q.device}")
+    if key_lengths is not None:
+        if not isinstance(key_lengths, torch.Tensor) or key_lengths.shape != (b,) or key_lengths.is_floating_point():
+            raise ValueError(f"key_lengths must be an integer tensor of shape [B] = [{b}]")
+        if key_lengths.device != q.device:
+            raise ValueError(f"key_lengths is on {key_lengths.device}, q on {q.device}")
+    for name, val in (("stride", stride), ("window", window)):
+        if val is not None and (not isinstance(val, int) or isinstance(val, bool) or val < 1):
+            raise ValueError(f"{name} must be a positive int, got {val!r}")
+
+
+def _bias_view(attn_mask, b, h, sq, sk):
+    """The mask as an additive float [B, H, Sq, Sk] view with 0 strides where it broadcasts."""
+    m = attn_mask
+    if m.dtype == torch.bool:
+        m = torch.zeros(m.shape, device=m.device).masked_fill(~m, float("-inf"))
+    m = m.float()
+    return m.reshape((1,) * (4 - m.dim()) + tuple(m.shape)).expand(b, h, sq, sk)
+
+
+def attention(q, k, v, attn_mask=None, is_causal=False, scale=None, *, stride=None, window=None,
+              key_lengths=None, impl="naive"):
+    """softmax(q kᵀ · scale + mask) v by the book's kernels.
+
+    q: [B, H, Sq, D], k and v: [B, Hkv, Sk, D] (H a multiple of Hkv), float32, contiguous, on a
+    CUDA device (or the CPU, run by the emulator). ``attn_mask`` (bool, True = attend, or
+    additive float) broadcasts over [B, H, Sq, Sk]; ``is_causal`` aligns bottom-right when
+    Sq != Sk (unlike SDPA's top-left); ``stride``, ``window``, ``key_lengths``: see
+    :mod:`attnbook.masks`. A query with no admissible key returns zeros.
+    """
+    _check(q, k, v, attn_mask, key_lengths, stride, window)
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    b, h, sq, d = q.shape
+    sk = k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    backend = "cuda" if q.device.type == "cuda" else "emulator"
+    if impl == "flash":
+        if attn_mask is not None or stride or window or key_lengths is not None:
+            raise NotImplementedError("impl='flash' supports is_causal only so far; use impl='naive' "
+                                      "for attn_mask, stride, window and key_lengths")
+        if d not in FLASH_FP32_HEAD_DIMS:
+            raise ValueError(f"impl='flash' supports head_dim {FLASH_FP32_HEAD_DIMS}, got {d}")
+        return flash_attention_fp32(q, k, v, causal=is_causal, scale=scale, backend=backend)
+    none = q.new_empty(0)
+    bias = none if attn_mask is None else _bias_view(attn_mask, b, h, sq, sk)
+    lengths = none if key_lengths is None else key_lengths.to(torch.int32).contiguous()
+    module = package_module("naive_attention", "naive_attention.cu", _NAIVE_WRAPPER, ["naive_forward"], backend)
+    return module.naive_forward(q, k, v, bias, lengths, bool(is_causal), stride or 0, window or 0, scale)
+
+
+class Attention(torch.nn.Module):
+    """Multi-head attention over [B, H, S, D] tensors with a fixed implementation and mask."""
+
+    def __init__(self, impl="naive", is_causal=False, scale=None, stride=None, window=None):
+        super().__init__()
+        self.impl, self.is_causal, self.scale, self.stride, self.window = impl, is_causal, scale, stride, window
+
+    def forward(self, q, k, v, attn_mask=None, key_lengths=None):
+        return attention(q, k, v, attn_mask, self.is_causal, self.scale, stride=self.stride,
+                         window=self.window, key_lengths=key_lengths, impl=self.impl)

@@ -1,0 +1,106 @@
+"""attnbook.attention: every implementation against the float64 reference, for every mask kind,
+under every thread order; and every bad-input rule."""
+import itertools
+
+import pytest
+import torch
+
+import attnbook as ab
+
+ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 11)]
+# (B, H, Hkv, Sq, Sk, D): S=1, sizes off every tile, Sq != Sk both ways, grouped heads, odd D.
+SHAPES = [(1, 1, 1, 1, 1, 8), (2, 2, 1, 17, 17, 33), (1, 3, 3, 5, 40, 16), (2, 2, 2, 40, 9, 7)]
+
+
+def inputs(shape, seed=0, magnitude=1.0):
+    b, h, hkv, sq, sk, d = shape
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*s, generator=g) * magnitude for s in ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
+
+
+def mask_options(kind, shape):
+    """Keyword arguments of attention() (SDPA spelling) and of the reference for a mask kind."""
+    b, h, _, sq, sk, _ = shape
+    g = torch.Generator().manual_seed(1)
+    if kind == "none":
+        return {}, {}
+    if kind == "causal":
+        return dict(is_causal=True), dict(causal=True)
+    if kind == "key_padding":
+        lengths = torch.tensor([max(0, sk - 3 * i) for i in range(b)])
+        return dict(key_lengths=lengths), dict(key_lengths=lengths)
+    if kind == "additive":
+        m = torch.randn(b, 1, sq, sk, generator=g)
+        return dict(attn_mask=m), dict(attn_mask=m)
+    if kind == "boolean":
+        m = torch.rand(1, h, sq, sk, generator=g) > 0.4
+        return dict(attn_mask=m), dict(attn_mask=m)
+    if kind == "strided":
+        return dict(stride=3), dict(stride=3)
+    if kind == "strided_causal":
+        return dict(stride=2, is_causal=True), dict(stride=2, causal=True)
+    if kind == "window":
+        return dict(window=3), dict(window=3)
+    if kind == "window_causal":
+        return dict(window=4, is_causal=True), dict(window=4, causal=True)
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("shape,kind,order", list(itertools.product(SHAPES, ab.masks.MASK_KINDS, ORDERS)))
+def test_naive_matches_reference(shape, kind, order):
+    q, k, v = inputs(shape)
+    ours, ref = mask_options(kind, shape)
+    with ab.thread_order(*order):
+        out = ab.attention(q, k, v, impl="naive", **ours)
+    want = ab.attention_reference(q, k, v, float64=True, **ref)
+    torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["naive", "flash"])
+def test_large_magnitudes_and_empty_rows(impl):
+    q, k, v = inputs((1, 2, 2, 70, 6, 32), seed=2, magnitude=30.0)   # scores ~ ±1e4
+    out = ab.attention(q, k, v, is_causal=True, impl=impl)            # 64 rows see no key
+    want = ab.attention_reference(q, k, v, causal=True, float64=True)
+    assert torch.isfinite(out).all() and (out[:, :, :64] == 0).all()
+    torch.testing.assert_close(out.double(), want, rtol=1e-3, atol=1e-3)
+
+
+def test_module_wrapper_and_scale():
+    q, k, v = inputs((1, 2, 2, 9, 9, 16), seed=3)
+    mod = ab.Attention(impl="naive", is_causal=True, scale=0.2)
+    torch.testing.assert_close(mod(q, k, v).double(),
+                               ab.attention_reference(q, k, v, causal=True, scale=0.2, float64=True),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_flash_impl_agrees_with_naive():
+    q, k, v = inputs((2, 4, 2, 33, 50, 64), seed=4)
+    for causal in (False, True):
+        torch.testing.assert_close(ab.attention(q, k, v, is_causal=causal, impl="flash"),
+                                   ab.attention(q, k, v, is_causal=causal, impl="naive"), rtol=1e-4, atol=1e-5)
+
+
+GOOD = inputs((2, 4, 2, 5, 6, 8))
+
+
+@pytest.mark.parametrize("args,kwargs,err,match", [
+    ((GOOD[0].double(), *GOOD[1:]), {}, TypeError, "q must be float32"),
+    ((GOOD[0][0], *GOOD[1:]), {}, ValueError, r"q must be 4-D"),
+    ((GOOD[0].transpose(2, 3).contiguous().transpose(2, 3), *GOOD[1:]), {}, ValueError, "contiguous"),
+    ((GOOD[0], GOOD[1][:, :, :3].contiguous(), GOOD[2]), {}, ValueError, "k and v must both be"),
+    ((GOOD[0][:, :3].contiguous(), *GOOD[1:]), {}, ValueError, "multiple of key/value heads"),
+    ((GOOD[0], GOOD[1][..., :4].contiguous(), GOOD[2][..., :4].contiguous()), {}, ValueError, "D=8"),
+    (GOOD, dict(attn_mask=torch.zeros(3, 5, 6)), ValueError, "does not broadcast"),
+    (GOOD, dict(attn_mask=torch.zeros(5, 6, dtype=torch.int64)), TypeError, "bool or floating"),
+    (GOOD, dict(key_lengths=torch.tensor([1.0, 2.0])), ValueError, "key_lengths"),
+    (GOOD, dict(key_lengths=torch.tensor([1, 2, 3])), ValueError, "key_lengths"),
+    (GOOD, dict(stride=0), ValueError, "stride"),
+    (GOOD, dict(window=True), ValueError, "window"),
+    (GOOD, dict(impl="magic"), ValueError, "impl"),
+    (GOOD, dict(impl="flash", stride=2), NotImplementedError, "impl='flash'"),
+    (GOOD, dict(impl="flash"), ValueError, "head_dim"),
+    (("q", *GOOD[1:]), {}, TypeError, "q must be a tensor"),
+])
+def test_bad_inputs_raise_before_launch(args, kwargs, err, match):
+    with pytest.raises(err, match=match):
+        ab.attention(*args, **kwargs)
