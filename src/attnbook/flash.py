@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 
 from .build import default_backend, package_module
 

@@ -195,7 +195,6 @@ struct Runtime {
   alignas(128) unsigned char dynamic_smem[kMaxDynamicSmem];
   std::vector<std::pair<const void*, int>> smem_optin;   // cudaFuncSetAttribute's grants
   std::vector<std::pair<void*, uint64_t>> static_smem;    // address -> epoch it was poisoned
-  int last_error = 0;
 };
 
 inline Runtime& rt() {
