@@ -22,7 +22,6 @@ import pathlib
 import re
 import shutil
 import subprocess
-import sys
 import time
 import warnings
 
