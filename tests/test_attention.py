@@ -46,17 +46,18 @@ def mask_options(kind, shape):
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("shape,kind,order", list(itertools.product(SHAPES, ab.masks.MASK_KINDS, ORDERS)))
-def test_naive_matches_reference(shape, kind, order):
+@pytest.mark.parametrize("impl,shape,kind,order",
+                         list(itertools.product(["naive", "tiled"], SHAPES, ab.masks.MASK_KINDS, ORDERS)))
+def test_matches_reference(impl, shape, kind, order):
     q, k, v = inputs(shape)
     ours, ref = mask_options(kind, shape)
     with ab.thread_order(*order):
-        out = ab.attention(q, k, v, impl="naive", **ours)
+        out = ab.attention(q, k, v, impl=impl, **ours)
     want = ab.attention_reference(q, k, v, float64=True, **ref)
     torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("impl", ["naive", "flash"])
+@pytest.mark.parametrize("impl", ["naive", "tiled", "flash"])
 def test_large_magnitudes_and_empty_rows(impl):
     q, k, v = inputs((1, 2, 2, 70, 6, 32), seed=2, magnitude=30.0)   # scores ~ ±1e4
     out = ab.attention(q, k, v, is_causal=True, impl=impl)            # 64 rows see no key
@@ -104,3 +105,19 @@ GOOD = inputs((2, 4, 2, 5, 6, 8))
 def test_bad_inputs_raise_before_launch(args, kwargs, err, match):
     with pytest.raises(err, match=match):
         ab.attention(*args, **kwargs)
+
+
+@pytest.mark.parametrize("stride,extra", [(2, {}), (3, dict(is_causal=True)), (5, dict(window=40)),
+                                          (4, dict(is_causal=True, window=9))])
+def test_strided_gather_equals_dense_masking(stride, extra):
+    """The tiled path's strided attention reads only every stride-th key; it must agree with
+    computing every score and masking, on shapes larger than one 64×64 GEMM tile."""
+    from attnbook.attention import _three_kernels
+    q, k, v = inputs((2, 4, 2, 131, 200, 64), seed=5)
+    args = (q, k, v, None, extra.get("is_causal", False), 0.125, stride, extra.get("window"), None, "emulator")
+    gathered = _three_kernels("tiled", *args)
+    dense = _three_kernels("tiled", *args, gather=False)
+    want = ab.attention_reference(q, k, v, scale=0.125, stride=stride, causal=extra.get("is_causal", False),
+                                  window=extra.get("window"), float64=True)
+    torch.testing.assert_close(gathered.double(), want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(dense.double(), want, rtol=1e-4, atol=1e-5)

@@ -16,21 +16,15 @@ from .flash import FLASH_FP32_HEAD_DIMS, flash_attention_fp32
 
 __all__ = ["attention", "Attention", "IMPLS"]
 
-IMPLS = ("naive", "flash")
+IMPLS = ("naive", "tiled", "flash")
 
-_NAIVE_WRAPPER = r"""
+_MASK_PARAMS = r"""
 #include "mask_params.h"
-void attention_naive(const float*, const float*, const float*, float*, float*, int, int, int, int,
-                     int, int, float, MaskParams, cudaStream_t);
 
 // bias: additive mask viewed as [B, H, Sq, Sk] with broadcast strides (numel 0: none);
 // lengths: int32 [B] key lengths (numel 0: none).
-at::Tensor naive_forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor bias, at::Tensor lengths,
-                         bool causal, int64_t stride, int64_t window, double scale) {
-  attnbook::check_tensor(q, "q", at::kFloat);
-  attnbook::check_tensor(k, "k", at::kFloat);
-  attnbook::check_tensor(v, "v", at::kFloat);
-  const int B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
+static MaskParams mask_params(const at::Tensor& bias, const at::Tensor& lengths, bool causal,
+                              int64_t stride, int64_t window) {
   MaskParams m;
   m.causal = causal;
   m.stride = int(stride);
@@ -44,11 +38,28 @@ at::Tensor naive_forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor bi
     attnbook::check_tensor(lengths, "key_lengths", at::kInt);
     m.key_lengths = lengths.data_ptr<int>();
   }
+  return m;
+}
+"""
+
+# The three-kernel paths share a signature: the launcher gets a workspace for the scores.
+_SCORES_WRAPPER = _MASK_PARAMS + r"""
+void LAUNCHER(const float*, const float*, const float*, float*, float*, int, int, int, int, int, int,
+              float, MaskParams, int, cudaStream_t);
+
+at::Tensor forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor bias, at::Tensor lengths,
+                   bool causal, int64_t stride, int64_t window, double scale, int64_t key_step) {
+  attnbook::check_tensor(q, "q", at::kFloat);
+  attnbook::check_tensor(k, "k", at::kFloat);
+  attnbook::check_tensor(v, "v", at::kFloat);
+  const int B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
+  TORCH_CHECK(key_step >= 1, "key_step must be positive");
   at::Tensor o = q.new_empty(q.sizes());
   if (o.numel() == 0) return o;
-  at::Tensor s = q.new_empty({B, H, Sq, Sk});
-  attention_naive(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), s.data_ptr<float>(),
-                  o.data_ptr<float>(), B, H, Hkv, Sq, Sk, D, float(scale), m, attnbook::stream());
+  at::Tensor s = q.new_empty({B, H, Sq, (Sk + key_step - 1) / key_step});
+  LAUNCHER(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), s.data_ptr<float>(),
+           o.data_ptr<float>(), B, H, Hkv, Sq, Sk, D, float(scale),
+           mask_params(bias, lengths, causal, stride, window), int(key_step), attnbook::stream());
   attnbook::check_launch();
   return o;
 }
@@ -113,8 +124,7 @@ def attention(q, k, v, attn_mask=None, is_causal=False, scale=None, *, stride=No
     _check(q, k, v, attn_mask, key_lengths, stride, window)
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
-    b, h, sq, d = q.shape
-    sk = k.shape[2]
+    d = q.shape[3]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     backend = "cuda" if q.device.type == "cuda" else "emulator"
     if impl == "flash":
@@ -124,11 +134,22 @@ def attention(q, k, v, attn_mask=None, is_causal=False, scale=None, *, stride=No
         if d not in FLASH_FP32_HEAD_DIMS:
             raise ValueError(f"impl='flash' supports head_dim {FLASH_FP32_HEAD_DIMS}, got {d}")
         return flash_attention_fp32(q, k, v, causal=is_causal, scale=scale, backend=backend)
+    return _three_kernels(impl, q, k, v, attn_mask, is_causal, scale, stride, window, key_lengths, backend)
+
+
+def _three_kernels(impl, q, k, v, attn_mask, is_causal, scale, stride, window, key_lengths, backend,
+                   gather=True):
+    """The naive or tiled path. The tiled path computes strided attention on the attended keys
+    only (``gather``); ``gather=False`` computes every score and masks, for comparison."""
+    b, h, sq, _ = q.shape
     none = q.new_empty(0)
-    bias = none if attn_mask is None else _bias_view(attn_mask, b, h, sq, sk)
+    bias = none if attn_mask is None else _bias_view(attn_mask, b, h, sq, k.shape[2])
     lengths = none if key_lengths is None else key_lengths.to(torch.int32).contiguous()
-    module = package_module("naive_attention", "naive_attention.cu", _NAIVE_WRAPPER, ["naive_forward"], backend)
-    return module.naive_forward(q, k, v, bias, lengths, bool(is_causal), stride or 0, window or 0, scale)
+    key_step = stride if impl == "tiled" and stride and gather else 1
+    launcher = f"attention_{impl}"
+    module = package_module(f"{impl}_attention", f"{impl}_attention.cu",
+                            _SCORES_WRAPPER.replace("LAUNCHER", launcher), ["forward"], backend)
+    return module.forward(q, k, v, bias, lengths, bool(is_causal), stride or 0, window or 0, scale, key_step)
 
 
 class Attention(torch.nn.Module):

@@ -103,7 +103,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
     wrapper_text = f'#line 1 "wrapper"\n{wrapper}\n'
     if backend == "emulator":
         try:
-            kernel_text = emulator.to_cpp(cuda)
+            kernel_text = emulator.to_cpp(emulator.inline_headers(cuda, src_name, KERNEL_DIR))
         except SyntaxError as e:
             raise CompileError(f"{src_name}: {e}") from None
         cpp = [header + '#include "cuda_emulator.h"\n' + f'#line 1 "{src_name}"\n' + kernel_text

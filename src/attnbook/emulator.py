@@ -9,6 +9,10 @@ pieces of CUDA syntax are not C++; :func:`to_cpp` rewrites them without moving a
   and every static ``__shared__`` declaration inside a function is followed by a call that
   fills it with NaN once per block.
 
+Kernels shared between files live in ``.cuh`` headers; :func:`inline_headers` pastes those
+into the source first (with ``#line`` markers, so errors still name the header's own lines),
+so that their launches and shared memory are rewritten too.
+
 :func:`thread_order` chooses the order in which the threads of a block run between two
 barriers (also settable with the environment variable ``ATTNBOOK_THREAD_ORDER``).
 """
@@ -18,7 +22,7 @@ import contextlib
 import os
 import re
 
-__all__ = ["to_cpp", "thread_order", "ORDERS"]
+__all__ = ["to_cpp", "inline_headers", "thread_order", "ORDERS"]
 
 ORDERS = ("forward", "reverse", "shuffle")
 _ENV = "ATTNBOOK_THREAD_ORDER"
@@ -152,6 +156,31 @@ def _launches(code: str) -> str:
             raise SyntaxError(f"line {masked[:open_].count(chr(10)) + 1}: no kernel before '<<<'")
         head = f'::attnbook_emu::launch_of({kernel}, "{kernel}").cfg('
         code = code[:start] + head + code[open_ + 3:close] + ")" + code[close + 3:]
+
+
+_LOCAL_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([\w./-]+\.cuh)"[^\n]*$', re.M)
+
+
+def inline_headers(source: str, name: str, folder, _seen=None) -> str:
+    """``source`` with every ``#include "x.cuh"`` found in ``folder`` replaced by the header's
+    text, recursively and once each (``#pragma once``)."""
+    seen = set() if _seen is None else _seen
+    out, last = [], 0
+    for m in _LOCAL_HEADER.finditer(source):
+        path = folder / m.group(1)
+        if not path.is_file():
+            continue
+        out.append(source[last:m.start()])
+        last = m.end()
+        if path.name in seen:
+            continue
+        seen.add(path.name)
+        text = re.sub(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*$", "", path.read_text(), flags=re.M)
+        line = source.count("\n", 0, m.end()) + 2
+        out.append(f'#line 1 "{path.name}"\n{inline_headers(text, path.name, folder, seen)}\n'
+                   f'#line {line} "{name}"')
+    out.append(source[last:])
+    return "".join(out)
 
 
 def to_cpp(source: str) -> str:

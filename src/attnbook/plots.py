@@ -6,7 +6,8 @@ import torch
 
 from . import masks
 
-__all__ = ["draw_mask", "mask_gallery"]
+__all__ = ["draw_mask", "mask_gallery", "plot_metric", "plot_times", "plot_pct_peak", "plot_memory",
+           "plot_speedups"]
 
 # (title, Sq, Sk, rules) of each panel of the gallery of mask kinds.
 GALLERY = [
@@ -37,3 +38,71 @@ def mask_gallery():
         draw_mask(ax, masks.allowed(sq, sk, **rules)[0, 0], title)
     fig.tight_layout()
     return fig
+
+
+# --- benchmark figures (rows as written by attnbook.bench) ---------------------------------
+
+def _series(result, metric, x):
+    """{impl: ([x...], [metric...])} over the rows that ran."""
+    out = {}
+    for r in result.rows:
+        if r.get("ms") is not None and r.get(metric) is not None:
+            xs, ys = out.setdefault(r["impl"], ([], []))
+            xs.append(r[x])
+            ys.append(r[metric])
+    return out
+
+
+def plot_metric(result, metric, x="S", ax=None, logy=True, ylabel=None):
+    """One line per implementation: ``metric`` (a row key such as ms, tflops, gbs, pct_peak,
+    peak_mem_bytes) against the case parameter ``x``."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4))
+    for impl, (xs, ys) in _series(result, metric, x).items():
+        order = sorted(range(len(xs)), key=xs.__getitem__)
+        ax.plot([xs[i] for i in order], [ys[i] for i in order], marker="o", label=impl)
+    ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(ylabel or metric)
+    ax.set_title(result.machine.get("gpu", ""), fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_times(result, x="S", ax=None):
+    return plot_metric(result, "ms", x, ax, ylabel="time (ms, median)")
+
+
+def plot_pct_peak(result, x="S", ax=None):
+    return plot_metric(result, "pct_peak", x, ax, logy=False, ylabel="% of the device's peak")
+
+
+def plot_memory(result, x="S", ax=None):
+    return plot_metric(result, "peak_mem_bytes", x, ax, ylabel="peak memory above inputs (bytes)")
+
+
+def plot_speedups(result, baseline, x="S", ax=None):
+    """Grouped bars: how many times faster than ``baseline`` each implementation runs, per case."""
+    times = _series(result, "ms", x)
+    if baseline not in times:
+        raise ValueError(f"no timings of the baseline {baseline!r}")
+    base = dict(zip(*times[baseline]))
+    cases = sorted(base)
+    impls = [i for i in times if i != baseline]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / max(1, len(impls))
+    for n, impl in enumerate(impls):
+        mine = dict(zip(*times[impl]))
+        ax.bar([c + n * width for c in range(len(cases))],
+               [base[c] / mine[c] if c in mine else 0 for c in cases], width, label=impl)
+    ax.set_xticks([c + width * (len(impls) - 1) / 2 for c in range(len(cases))], [str(c) for c in cases])
+    ax.axhline(1, color="k", lw=0.8)
+    ax.set_xlabel(x)
+    ax.set_ylabel(f"speedup over {baseline}")
+    ax.set_title(result.machine.get("gpu", ""), fontsize=10)
+    ax.legend(fontsize=8)
+    return ax

@@ -1,6 +1,6 @@
 // Attention as three kernels with one thread per output element and no shared memory:
 //   S = mask(scale · Q Kᵀ)   [B, H, Sq, Sk]  one thread per score
-//   P = softmax(S) by rows   in place        one thread per row
+//   P = softmax(S) by rows   in place        one thread per row (softmax.cuh)
 //   O = P V                  [B, H, Sq, D]   one thread per output element
 // The S×S matrix makes a round trip through global memory between the kernels, and every
 // thread reads its operands straight from global memory: 2·D loads per score, Sk·2 loads per
@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "mask.cuh"
+#include "softmax.cuh"   // softmax_rows_naive: one thread per row, three passes
 
 // Grid (ceil(Sk/16), ceil(Sq/16), B·H), block 16×16: threadIdx.x walks keys, so neighbouring
 // threads write neighbouring scores (coalesced stores).
@@ -23,23 +24,6 @@ __global__ void scores_naive(const float* __restrict__ q, const float* __restric
   s[(size_t(bh) * Sq + i) * Sk + j] = masked_score(mask, dot * scale, b, h, i, j, Sq, Sk);
 }
 
-// One thread per row, three passes: max (for stability), sum of exponentials, normalise.
-// A row with no admissible key (all -inf) becomes all zeros, not NaN.
-__global__ void softmax_rows_naive(float* __restrict__ s, int rows, int n) {
-  const int r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
-  float* row = s + size_t(r) * n;
-  float m = -INFINITY;
-  for (int j = 0; j < n; ++j) m = fmaxf(m, row[j]);
-  if (m == -INFINITY) {
-    for (int j = 0; j < n; ++j) row[j] = 0.f;
-    return;
-  }
-  float l = 0.f;
-  for (int j = 0; j < n; ++j) l += expf(row[j] - m);
-  for (int j = 0; j < n; ++j) row[j] = expf(row[j] - m) / l;
-}
-
 // Grid (ceil(D/16), ceil(Sq/16), B·H), block 16×16: threadIdx.x walks the head dimension.
 __global__ void pv_naive(const float* __restrict__ p, const float* __restrict__ v, float* __restrict__ o,
                          int H, int Hkv, int Sq, int Sk, int D) {
@@ -53,12 +37,13 @@ __global__ void pv_naive(const float* __restrict__ p, const float* __restrict__ 
   o[(size_t(bh) * Sq + i) * D + d] = acc;
 }
 
-// s: workspace of B·H·Sq·Sk floats.
+// s: workspace of B·H·Sq·Sk floats. (key_step is the tiled path's; here it is always 1.)
 void attention_naive(const float* q, const float* k, const float* v, float* s, float* o, int B, int H,
-                     int Hkv, int Sq, int Sk, int D, float scale, MaskParams mask, cudaStream_t stream) {
+                     int Hkv, int Sq, int Sk, int D, float scale, MaskParams mask, int /*key_step*/,
+                     cudaStream_t stream) {
   const dim3 block(16, 16);
   scores_naive<<<dim3((Sk + 15) / 16, (Sq + 15) / 16, B * H), block, 0, stream>>>(q, k, s, H, Hkv, Sq, Sk, D, scale, mask);
   const int rows = B * H * Sq;
-  softmax_rows_naive<<<(rows + 127) / 128, 128, 0, stream>>>(s, rows, Sk);
+  softmax_rows_naive<<<(rows + 127) / 128, 128, 0, stream>>>(s, s, rows, Sk);   // in place
   pv_naive<<<dim3((D + 15) / 16, (Sq + 15) / 16, B * H), block, 0, stream>>>(s, v, o, H, Hkv, Sq, Sk, D);
 }

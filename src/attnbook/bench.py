@@ -1,0 +1,259 @@
+"""Benchmark harness: timing on the GPU, throughput against the device's peak, PyTorch baselines
+side by side, and the recorded results of ``book/results/<chapter>/<device>.json``.
+
+Timings are CUDA-event intervals after warm-up, summarised by their median; the L2 cache is
+flushed before every repeat so that each one reads its inputs from device memory. Results are
+written only here, only on a real GPU, and always with the device and versions that produced
+them. Without a GPU the book plots what was recorded.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import pathlib
+import re
+import statistics
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+__all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_bytes",
+           "pytorch_attention", "Result", "measure", "save", "load", "results_dir"]
+
+# Datasheet peaks: fp32 on CUDA cores (TFLOP/s), dense fp16 on tensor cores (TFLOP/s), and
+# DRAM bandwidth (GB/s). Matched against torch's device name in this order (first hit wins).
+PEAKS = [
+    ("H200", dict(fp32_tflops=67.0, fp16_tflops=989.0, bandwidth_gbs=4800.0)),
+    ("H100 PCIe", dict(fp32_tflops=51.0, fp16_tflops=756.0, bandwidth_gbs=2000.0)),
+    ("H100 NVL", dict(fp32_tflops=60.0, fp16_tflops=835.0, bandwidth_gbs=3900.0)),
+    ("H100", dict(fp32_tflops=67.0, fp16_tflops=989.0, bandwidth_gbs=3350.0)),   # SXM5
+    ("A100-SXM4-80GB", dict(fp32_tflops=19.5, fp16_tflops=312.0, bandwidth_gbs=2039.0)),
+    ("A100 80GB PCIe", dict(fp32_tflops=19.5, fp16_tflops=312.0, bandwidth_gbs=1935.0)),
+    ("A100", dict(fp32_tflops=19.5, fp16_tflops=312.0, bandwidth_gbs=1555.0)),   # 40 GB
+    ("L4", dict(fp32_tflops=30.3, fp16_tflops=121.0, bandwidth_gbs=300.0)),
+    ("T4", dict(fp32_tflops=8.1, fp16_tflops=65.0, bandwidth_gbs=320.0)),
+]
+
+
+def _require_gpu(what):
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"{what} needs a CUDA GPU; on the CPU the book shows recorded results")
+
+
+def device_peaks(device=None) -> dict:
+    """The device's peak fp32/fp16 throughput and bandwidth: from the datasheet table when the GPU
+    is in it, otherwise measured here (a large copy and a large fp32 matmul), marked as such."""
+    _require_gpu("device_peaks")
+    name = torch.cuda.get_device_name(device)
+    for key, peaks in PEAKS:
+        if key in name:
+            return dict(peaks, name=name, source="datasheet")
+    return dict(_measure_peaks(device), name=name, source="measured")
+
+
+def _measure_peaks(device):
+    x = torch.empty(2**28, device=device)                        # 1 GiB: far beyond any L2
+    copy_ms = time_cuda(lambda: x.clone(), flush_l2=False)["median_ms"]
+    n = 8192
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        mm_ms = time_cuda(lambda: a @ b, flush_l2=False)["median_ms"]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return dict(fp32_tflops=2 * n**3 / mm_ms / 1e9, fp16_tflops=None,
+                bandwidth_gbs=2 * x.numel() * 4 / copy_ms / 1e6)
+
+
+def time_cuda(fn, *, warmup: int = 3, repeats: int = 20, flush_l2: bool = True) -> dict:
+    """Run ``fn()`` ``warmup`` times, then time ``repeats`` runs with CUDA events.
+
+    Returns the median and every repeat, in milliseconds. With ``flush_l2`` a buffer twice the
+    size of L2 is overwritten before each repeat (outside the timed interval)."""
+    _require_gpu("time_cuda")
+    for _ in range(warmup):
+        fn()
+    scratch = None
+    if flush_l2:
+        l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0)
+        scratch = torch.empty(max(2 * l2, 2**20) // 4, device="cuda")
+    times = []
+    for _ in range(repeats):
+        if scratch is not None:
+            scratch.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return dict(median_ms=statistics.median(times), times_ms=times)
+
+
+def attention_flops(B, H, Sq, Sk, D, causal=False) -> float:
+    """Multiply-adds of QKᵀ and PV, counted as 2 FLOPs each: 4·B·H·Sq·Sk·D, halved for causal
+    (the convention of FlashAttention's benchmarks)."""
+    flops = 4.0 * B * H * Sq * Sk * D
+    return flops / 2 if causal else flops
+
+
+def attention_bytes(B, H, Sq, Sk, D, Hkv=None, itemsize=4) -> float:
+    """The least traffic any attention must move: read Q, K, V and write O once."""
+    Hkv = H if Hkv is None else Hkv
+    return float(itemsize * (2 * B * H * Sq * D + 2 * B * Hkv * Sk * D))
+
+
+def pytorch_attention(causal=False, scale=None) -> dict:
+    """PyTorch's ways of computing attention on this GPU: eager math (matmul, softmax, matmul) and
+    ``scaled_dot_product_attention`` pinned to each backend. A backend that cannot run the
+    inputs is reported by ``measure`` as unsupported rather than silently replaced."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    def eager(q, k, v):
+        s = q @ k.transpose(-2, -1) * (scale if scale is not None else q.shape[-1] ** -0.5)
+        if causal:
+            sq, sk = s.shape[-2:]
+            s = s.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device=s.device).tril(sk - sq).logical_not(),
+                              float("-inf"))
+        return torch.softmax(s, dim=-1) @ v
+
+    def pinned(backend):
+        def run(q, k, v):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+        return run
+
+    fns = {"torch eager": eager}
+    for label, backend in (("sdpa flash", SDPBackend.FLASH_ATTENTION),
+                           ("sdpa efficient", SDPBackend.EFFICIENT_ATTENTION),
+                           ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa math", SDPBackend.MATH)):
+        fns[label] = pinned(backend)
+    return fns
+
+
+@dataclass
+class Result:
+    """One chapter's benchmark: a row per (implementation, case), and where it was measured."""
+    chapter: str
+    rows: list = field(default_factory=list)
+    machine: dict = field(default_factory=dict)
+
+    def select(self, **where):
+        return [r for r in self.rows if all(r.get(k) == v for k, v in where.items())]
+
+    def table(self, columns=("impl", "ms", "tflops", "gbs", "pct_peak"), **where) -> str:
+        """The rows as a Markdown table (unsupported runs show their reason)."""
+        rows = self.select(**where)
+        keys = [c for c in columns if any(c in r for r in rows)]
+        lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+        for r in rows:
+            cells = []
+            for key in keys:
+                val = r.get(key)
+                if key == "ms" and val is None:
+                    val = "unsupported: " + r.get("error", "")[:60]
+                elif isinstance(val, float):
+                    val = f"{val:.3g}" if key != "pct_peak" else f"{val:.1f}%"
+                cells.append("" if val is None else str(val))
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def describe(self) -> str:
+        m = self.machine
+        return (f"chapter {self.chapter}: {m.get('gpu')} (sm_{m.get('capability', '?')}), torch "
+                f"{m.get('torch')}, CUDA {m.get('cuda')}, recorded {m.get('date')}")
+
+
+def machine_record() -> dict:
+    _require_gpu("machine_record")
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    peaks = device_peaks()
+    return dict(gpu=p.name, capability=f"{p.major}{p.minor}", sms=p.multi_processor_count,
+                memory_gib=round(p.total_memory / 2**30, 1), torch=torch.__version__, cuda=torch.version.cuda,
+                date=datetime.date.today().isoformat(), peaks=peaks)
+
+
+def measure(impl: str, fn, case: dict, *, flops: float, bytes: float, peaks: dict,
+            compute="fp32_tflops", **timing) -> dict:
+    """Time ``fn`` and return a row: the case, the median time, TFLOP/s, GB/s, % of the device's
+    peak (compute-bound work against ``peaks[compute]``, memory-bound work, ``flops=0``, against
+    bandwidth), and peak memory above what was live. An implementation that raises is recorded
+    as unsupported with its error."""
+    from .memory import peak_memory
+    row = dict(case, impl=impl)
+    try:
+        mem, _ = peak_memory(fn, "cuda")
+        t = time_cuda(fn, **timing)
+    except (RuntimeError, NotImplementedError, ValueError) as e:
+        return dict(row, ms=None, error=str(e).splitlines()[0] if str(e) else type(e).__name__)
+    ms = t["median_ms"]
+    row.update(ms=ms, times_ms=t["times_ms"], peak_mem_bytes=mem, gbs=bytes / ms / 1e6)
+    if flops:
+        row["tflops"] = flops / ms / 1e9
+        if peaks.get(compute):
+            row["pct_peak"] = 100 * row["tflops"] / peaks[compute]
+    else:
+        row["pct_peak"] = 100 * row["gbs"] / peaks["bandwidth_gbs"]
+    return row
+
+
+def results_dir() -> pathlib.Path:
+    """``book/results``: ``$ATTNBOOK_RESULTS`` if set, else ``results/`` beside the running
+    notebook (notebooks run in ``book/``), else the checkout's ``book/results``."""
+    if os.environ.get("ATTNBOOK_RESULTS"):
+        return pathlib.Path(os.environ["ATTNBOOK_RESULTS"])
+    here = pathlib.Path.cwd()
+    if here.name == "book":
+        return here / "results"
+    return here / "book" / "results"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+
+
+def save(result: Result) -> pathlib.Path:
+    """Write ``result`` to ``book/results/<chapter>/<gpu>.json``. Only a result measured on this
+    machine's GPU may be saved."""
+    _require_gpu("saving benchmark results")
+    if result.machine.get("gpu") != torch.cuda.get_device_name():
+        raise ValueError("a result is saved only by the machine that measured it")
+    path = results_dir() / result.chapter / f"{_slug(result.machine['gpu'])}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(result), indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def load(chapter: str) -> list:
+    """Every recorded result of a chapter, one per device, newest first."""
+    folder = results_dir() / chapter
+    found = [Result(**json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    return sorted(found, key=lambda r: r.machine.get("date", ""), reverse=True)
+
+
+def run_or_load(chapter: str, suite):
+    """On a GPU: run ``suite()`` (a list of rows), save and return it. Without one: the recorded
+    results of the chapter (possibly none). Prints where the numbers come from."""
+    if torch.cuda.is_available():
+        result = Result(chapter, rows=suite(), machine=machine_record())
+        print(f"measured now and saved to {save(result)}: {result.describe()}")
+        return [result]
+    recorded = load(chapter)
+    if not recorded:
+        print(f"No GPU here, and no results are recorded yet for chapter {chapter}: run this "
+              "notebook on a GPU (for instance in Colab) to measure them.")
+    for r in recorded:
+        print("recorded results:", r.describe())
+    return recorded
+
+
+def ratio(result: Result, impl: str, baseline: str, **where) -> float:
+    """How many times faster ``impl`` ran than ``baseline`` on the same case."""
+    a, b = result.select(impl=impl, **where), result.select(impl=baseline, **where)
+    if len(a) != 1 or len(b) != 1 or a[0]["ms"] is None or b[0]["ms"] is None:
+        return math.nan
+    return b[0]["ms"] / a[0]["ms"]
