@@ -1,0 +1,121 @@
+"""Each chapter's benchmark: the workloads, the implementations timed side by side, and the
+PyTorch baselines, as rows for :mod:`attnbook.bench`. Run on a GPU with::
+
+    python -m attnbook.benchmarks 02 03 04 05      # writes book/results/<chapter>/<gpu>.json
+
+or from a chapter's benchmark cell with ``ab.bench.run_or_load(chapter, SUITES[chapter])``.
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from . import bench
+from .attention import _three_kernels, attention
+from .gemm import GEMM_STEPS, gemm
+from .softmax import SOFTMAX_KERNELS, softmax
+
+__all__ = ["SUITES", "attention_suite"]
+
+B, H, D = 4, 8, 64   # the book's headline attention shape (fp32)
+
+
+def _qkv(S, dtype=torch.float32, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=g) for _ in range(3)]
+
+
+def attention_suite(impls, lengths=(256, 512, 1024, 2048), causal=False):
+    """Every implementation in ``impls`` (names of ``attention(impl=...)``) and every PyTorch
+    baseline, on [B, H, S, D] fp32 inputs for each S."""
+    peaks, rows = bench.device_peaks(), []
+    for S in lengths:
+        q, k, v = _qkv(S)
+        case = dict(S=S, B=B, H=H, D=D, causal=causal, dtype="float32")
+        work = dict(flops=bench.attention_flops(B, H, S, S, D, causal), bytes=bench.attention_bytes(B, H, S, S, D),
+                    peaks=peaks)
+        fns = {f"attnbook {impl}": (lambda impl=impl: attention(q, k, v, is_causal=causal, impl=impl))
+               for impl in impls}
+        fns.update({name: (lambda f=f: f(q, k, v)) for name, f in bench.pytorch_attention(causal).items()})
+        rows += [bench.measure(name, fn, case, **work) for name, fn in fns.items()]
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows
+
+
+def chapter02():
+    return attention_suite(["naive"])
+
+
+def chapter03():
+    """Row softmax of rows·n = 2²⁴ floats for several row lengths: bandwidth-bound, so the
+    figure of merit is GB/s (8 bytes per element: one read, one write) against the peak."""
+    peaks, rows = bench.device_peaks(), []
+    for n in (128, 512, 2048, 8192, 32768):
+        x = torch.randn(2**24 // n, n, device="cuda")
+        case = dict(n=n, rows=x.shape[0])
+        fns = {k: (lambda k=k: softmax(x, k)) for k in SOFTMAX_KERNELS}
+        fns["torch.softmax"] = lambda: torch.softmax(x, -1)
+        rows += [bench.measure(name, fn, case, flops=0, bytes=8.0 * x.numel(), peaks=peaks) for name, fn in fns.items()]
+    return rows
+
+
+def chapter04():
+    """The GEMM progression on attention's two products (batch B·H; QKᵀ is S×S×D, PV is S×D×S),
+    against torch.matmul in fp32 (TF32 off: the same arithmetic as ours); then the assembled
+    tiled attention against the naive one and PyTorch."""
+    peaks, rows = bench.device_peaks(), []
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for S in (1024, 2048):
+            g = torch.Generator(device="cuda").manual_seed(0)
+            q, k = (torch.randn(B * H, S, D, device="cuda", generator=g) for _ in range(2))
+            p = torch.randn(B * H, S, S, device="cuda", generator=g)
+            for product, a, b, nt in (("QK^T", q, k, True), ("PV", p, k, False)):
+                M, N, K = S, (S if nt else D), (D if nt else S)
+                case = dict(S=S, product=product, M=M, N=N, K=K, batch=B * H)
+                work = dict(flops=2.0 * B * H * M * N * K, bytes=4.0 * B * H * (M * K + N * K + M * N), peaks=peaks)
+                for step, what in GEMM_STEPS.items():
+                    rows.append(bench.measure(f"{step}: {what}", lambda a=a, b=b, s=step, nt=nt: gemm(a, b, transpose_b=nt, step=s),
+                                              case, **work))
+                rows.append(bench.measure("torch.matmul", lambda a=a, b=b, nt=nt: a @ (b.mT if nt else b), case, **work))
+            del q, k, p
+            torch.cuda.empty_cache()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return rows + attention_suite(["naive", "tiled"])
+
+
+def chapter05():
+    """Strided attention at S = 4096: gathering every stride-th key against computing all scores
+    and masking, for several strides, with and without causal."""
+    peaks, rows = bench.device_peaks(), []
+    S = 4096
+    q, k, v = _qkv(S)
+    for causal in (False, True):
+        for stride in (1, 2, 4, 8, 16, 32):
+            case = dict(S=S, stride=stride, causal=causal)
+            attended = S / stride
+            work = dict(flops=bench.attention_flops(B, H, S, attended, D, causal), bytes=bench.attention_bytes(B, H, S, S, D),
+                        peaks=peaks)
+            args = (q, k, v, None, causal, D ** -0.5, stride, None, None, "cuda")
+            rows.append(bench.measure("tiled, gather", lambda a=args: _three_kernels("tiled", *a), case, **work))
+            rows.append(bench.measure("tiled, dense + mask", lambda a=args: _three_kernels("tiled", *a, gather=False),
+                                      case, **work))
+    return rows
+
+
+SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05}
+
+
+def main(chapters):
+    for chapter in chapters or SUITES:
+        if chapter not in SUITES:
+            raise SystemExit(f"no benchmark for chapter {chapter!r}; there are {sorted(SUITES)}")
+        bench.run_or_load(chapter, SUITES[chapter])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

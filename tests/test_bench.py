@@ -1,0 +1,109 @@
+"""The benchmark harness: workload arithmetic, the peak table, result files and figures. Timing
+itself needs a GPU; here we check that it refuses to run without one."""
+import json
+import pathlib
+
+import matplotlib
+import pytest
+import torch
+
+import attnbook as ab
+from attnbook import bench
+
+matplotlib.use("Agg")
+RESULTS = pathlib.Path(__file__).resolve().parents[1] / "book" / "results"
+
+
+def test_attention_work():
+    assert bench.attention_flops(4, 8, 1024, 1024, 64) == 4 * 4 * 8 * 1024 * 1024 * 64
+    assert bench.attention_flops(4, 8, 1024, 1024, 64, causal=True) == 2 * 4 * 8 * 1024 * 1024 * 64
+    # Q and O: B·H·Sq·D each; K and V: B·Hkv·Sk·D each; 4 bytes an element.
+    assert bench.attention_bytes(2, 8, 10, 20, 64, Hkv=2) == 4 * (2 * 2 * 8 * 10 * 64 + 2 * 2 * 2 * 20 * 64)
+
+
+@pytest.mark.parametrize("name,bandwidth", [("NVIDIA H100 80GB HBM3", 3350.0), ("NVIDIA H100 PCIe", 2000.0),
+                                            ("NVIDIA H200", 4800.0), ("NVIDIA A100-SXM4-40GB", 1555.0),
+                                            ("NVIDIA A100-SXM4-80GB", 2039.0), ("Tesla T4", 320.0),
+                                            ("NVIDIA L4", 300.0)])
+def test_peak_table_matches_names(monkeypatch, name, bandwidth):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    peaks = bench.device_peaks()
+    assert peaks["bandwidth_gbs"] == bandwidth and peaks["source"] == "datasheet"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_gpu_only_functions_refuse_on_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNBOOK_RESULTS", str(tmp_path))
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        bench.time_cuda(lambda: None)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        bench.save(bench.Result("02", machine=dict(gpu="Tesla T4")))
+    assert not any(tmp_path.iterdir())
+
+
+def fake_result(chapter="02", gpu="Tesla T4", date="2026-01-02"):
+    rows = [dict(S=s, impl=impl, ms=ms * s / 256, tflops=1.0, pct_peak=10.0, peak_mem_bytes=s * s)
+            for s in (256, 512) for impl, ms in (("attnbook naive", 4.0), ("torch eager", 1.0))]
+    rows.append(dict(S=256, impl="sdpa flash", ms=None, error="No available kernel. Aborting execution."))
+    return bench.Result(chapter, rows, dict(gpu=gpu, capability="75", torch="2.13.0", cuda="13.0", date=date))
+
+
+def test_save_and_load_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNBOOK_RESULTS", str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    path = bench.save(fake_result())
+    assert path == tmp_path / "02" / "Tesla_T4.json"
+    with pytest.raises(ValueError, match="only by the machine that measured it"):
+        bench.save(fake_result(gpu="NVIDIA H100 80GB HBM3"))
+    (loaded,) = bench.load("02")
+    assert loaded == fake_result()
+    assert bench.ratio(loaded, "torch eager", "attnbook naive", S=512) == 4.0
+    assert bench.ratio(loaded, "sdpa flash", "attnbook naive", S=256) != bench.ratio(loaded, "sdpa flash", "attnbook naive", S=256)  # NaN
+
+
+def test_table_marks_unsupported_runs():
+    table = fake_result().table(S=256)
+    lines = table.splitlines()
+    assert lines[0] == "| impl | ms | tflops | pct_peak |"
+    assert lines[2] == "| attnbook naive | 4 | 1 | 10.0% |"
+    assert "unsupported: No available kernel" in lines[4]
+
+
+def test_run_or_load_without_gpu(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ATTNBOOK_RESULTS", str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench.run_or_load("03", lambda: pytest.fail("a suite must not run without a GPU")) == []
+    assert "no results are recorded yet for chapter 03" in capsys.readouterr().out
+    for gpu, date in (("Tesla T4", "2026-01-02"), ("NVIDIA H100 80GB HBM3", "2026-03-04")):
+        (tmp_path / "03").mkdir(exist_ok=True)
+        (tmp_path / "03" / f"{gpu}.json").write_text(json.dumps(fake_result("03", gpu, date).__dict__))
+    recorded = bench.run_or_load("03", None)
+    assert [r.machine["gpu"] for r in recorded] == ["NVIDIA H100 80GB HBM3", "Tesla T4"]   # newest first
+    assert "recorded results: chapter 03: NVIDIA H100 80GB HBM3 (sm_75)" in capsys.readouterr().out
+
+
+def test_figures_draw_every_implementation_that_ran():
+    result = fake_result()
+    ax = ab.plots.plot_times(result)
+    assert sorted(line.get_label() for line in ax.lines) == ["attnbook naive", "torch eager"]
+    assert list(ax.lines[0].get_xdata()) == [256, 512]
+    ax = ab.plots.plot_speedups(result, "attnbook naive")
+    assert [bar.get_height() for bar in ax.patches] == [4.0, 4.0]
+    with pytest.raises(ValueError, match="baseline"):
+        ab.plots.plot_speedups(result, "cuBLAS")
+    assert len(ab.plots.plot_memory(result).lines) == 2
+    matplotlib.pyplot.close("all")
+
+
+def test_recorded_results_are_complete():
+    """Every file in book/results names its machine and versions and holds measured rows."""
+    from attnbook.benchmarks import SUITES
+    for path in sorted(RESULTS.glob("*/*.json")):
+        data = json.loads(path.read_text())
+        assert path.parent.name == data["chapter"] and data["chapter"] in SUITES, path
+        for key in ("gpu", "capability", "torch", "cuda", "date", "peaks"):
+            assert data["machine"].get(key), (path, key)
+        assert data["rows"] and all("impl" in r and "ms" in r for r in data["rows"]), path
+        assert any(r["ms"] for r in data["rows"]), path
