@@ -1,0 +1,111 @@
+"""The book's interactive figures. Each has a static twin (same drawing code) that renders in
+the HTML book, where no Python kernel runs behind the page."""
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import torch
+
+from . import masks, plots
+
+__all__ = ["online_softmax_states", "draw_online_step", "online_softmax_figure", "online_softmax_stepper",
+           "mask_explorer", "mask_explorer_figure"]
+
+
+def online_softmax_states(x):
+    """The running (m, l) after each element of the row ``x``: m is the max so far and
+    l = Σ exp(x_i − m) over the elements so far. Starts from the empty state (−inf, 0)."""
+    states = [(-math.inf, 0.0)]
+    for xi in map(float, x):
+        m, l = states[-1]
+        m_new = max(m, xi)
+        states.append((m_new, l * math.exp(m - m_new) + math.exp(xi - m_new) if m_new > -math.inf else 0.0))
+    return states
+
+
+def draw_online_step(ax, x, k):
+    """The row after k elements of the online pass: seen elements as bars of exp(x_i − m_k)/l_k
+    (what their probabilities would be if the row ended here), unseen ones grey."""
+    x = [float(v) for v in x]
+    m, l = online_softmax_states(x)[k]
+    final_m, final_l = online_softmax_states(x)[-1]
+    seen = [math.exp(v - m) / l if i < k else 0.0 for i, v in enumerate(x)]
+    exact = [math.exp(v - final_m) / final_l for v in x]
+    ax.bar(range(len(x)), exact, color="0.85", label="final softmax")
+    ax.bar(range(k), seen[:k], color="tab:blue", label="after k elements")
+    ax.set_ylim(0, 1.05)
+    ax.set_xticks(range(len(x)))
+    ax.set_xlabel("element i")
+    ax.set_title(f"k = {k}:  m = {m:.2f},  l = {l:.3f}" if k else "k = 0:  m = −∞,  l = 0", fontsize=10)
+
+
+def online_softmax_figure(x, steps):
+    """Static panels of the online pass over ``x`` after each number of elements in ``steps``."""
+    fig, axes = plt.subplots(1, len(steps), figsize=(3.2 * len(steps), 3), sharey=True)
+    for ax, k in zip(axes, steps):
+        draw_online_step(ax, x, k)
+    axes[0].set_ylabel("exp(x_i − m) / l")
+    axes[-1].legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
+def online_softmax_stepper(x):
+    """A slider over k = 0 … len(x) that redraws :func:`draw_online_step`."""
+    import ipywidgets as widgets
+    out = widgets.Output()
+
+    def show(k):
+        with out:
+            out.clear_output(wait=True)
+            fig, ax = plt.subplots(figsize=(6, 3))
+            draw_online_step(ax, x, k)
+            ax.legend(fontsize=8, loc="upper right")
+            plt.show()
+
+    slider = widgets.IntSlider(value=0, min=0, max=len(x), description="elements k")
+    slider.observe(lambda change: show(change["new"]), names="value")
+    show(0)
+    return widgets.VBox([slider, out])
+
+
+def mask_explorer_figure(configs):
+    """Static panels of :func:`attnbook.masks.allowed` for each (title, Sq, Sk, rules)."""
+    fig, axes = plt.subplots(1, len(configs), figsize=(3.2 * len(configs), 3.4))
+    for ax, (title, sq, sk, rules) in zip(axes, configs):
+        plots.draw_mask(ax, masks.allowed(sq, sk, **rules)[0, 0], title)
+    fig.tight_layout()
+    return fig
+
+
+def mask_explorer(sq=16, sk=16):
+    """Pick a mask kind, stride, window, Sq and Sk; see which keys each query attends."""
+    import ipywidgets as widgets
+    out = widgets.Output()
+    kind = widgets.Dropdown(options=["none", "causal", "strided", "strided + causal", "window",
+                                     "window + causal", "key padding"], value="causal", description="mask")
+    stride = widgets.IntSlider(value=3, min=1, max=8, description="stride")
+    window = widgets.IntSlider(value=4, min=1, max=16, description="window")
+    n_q = widgets.IntSlider(value=sq, min=1, max=48, description="Sq")
+    n_k = widgets.IntSlider(value=sk, min=1, max=48, description="Sk")
+
+    def show(*_):
+        rules = dict(causal="causal" in kind.value)
+        if "strided" in kind.value:
+            rules["stride"] = stride.value
+        if "window" in kind.value:
+            rules["window"] = window.value
+        if kind.value == "key padding":
+            rules["key_lengths"] = torch.tensor([max(1, n_k.value * 2 // 3)])
+        with out:
+            out.clear_output(wait=True)
+            fig, ax = plt.subplots(figsize=(5, 5))
+            allowed = masks.allowed(n_q.value, n_k.value, **rules)[0, 0]
+            plots.draw_mask(ax, allowed, f"{kind.value}: {int(allowed.sum())} of {allowed.numel()} scores")
+            plt.show()
+
+    for w in (kind, stride, window, n_q, n_k):
+        w.observe(show, names="value")
+    show()
+    return widgets.HBox([widgets.VBox([kind, stride, window, n_q, n_k]), out])
