@@ -27,38 +27,40 @@ MASK_KINDS = ("none", "causal", "key_padding", "additive", "boolean", "strided",
               "strided_causal", "window", "window_causal")
 
 
-def _positions(sq: int, sk: int, device=None):
-    i = torch.arange(sq, device=device).view(sq, 1) + (sk - sq)
-    j = torch.arange(sk, device=device).view(1, sk)
+def _positions(sq: int, sk: int, rows: slice, cols: slice, device=None):
+    i = torch.arange(sq, device=device)[rows].view(-1, 1) + (sk - sq)
+    j = torch.arange(sk, device=device)[cols].view(1, -1)
     return i, j
 
 
 def allowed(sq: int, sk: int, *, causal: bool = False, stride: int | None = None,
             window: int | None = None, key_lengths: torch.Tensor | None = None,
-            device=None) -> torch.Tensor:
+            device=None, rows: slice = slice(None), cols: slice = slice(None)) -> torch.Tensor:
     """Boolean tensor, True where query i may attend key j.
 
     Shape ``[1, 1, Sq, Sk]``, or ``[B, 1, Sq, Sk]`` when ``key_lengths`` (shape ``[B]``)
-    is given.  ``attn_mask`` is not part of this: it is data, see :func:`bias`.
+    is given; only the tile ``[rows, cols]`` of it if those are given (a tiled algorithm
+    asks about one tile at a time).  ``attn_mask`` is not part of this: it is data, see
+    :func:`bias`.
     """
     if stride is not None and (not isinstance(stride, int) or stride < 1):
         raise ValueError(f"stride must be a positive int, got {stride!r}")
     if window is not None and (not isinstance(window, int) or window < 1):
         raise ValueError(f"window must be a positive int, got {window!r}")
-    i, j = _positions(sq, sk, device)
-    ok = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    i, j = _positions(sq, sk, rows, cols, device)
+    ok = torch.ones(i.shape[0], j.shape[1], dtype=torch.bool, device=device)
     if causal:
         ok &= j <= i
     if stride is not None:
         ok &= (j % stride) == 0
     if window is not None:
         ok &= (i - j).abs() < window
-    ok = ok.view(1, 1, sq, sk)
+    ok = ok.view(1, 1, *ok.shape)
     if key_lengths is not None:
         if key_lengths.dim() != 1:
             raise ValueError(f"key_lengths must have shape [B], got {tuple(key_lengths.shape)}")
         lengths = key_lengths.to(device=ok.device).view(-1, 1, 1, 1)
-        ok = ok & (torch.arange(sk, device=ok.device).view(1, 1, 1, sk) < lengths)
+        ok = ok & (j.view(1, 1, 1, -1) < lengths)
     return ok
 
 
@@ -74,15 +76,18 @@ def check_attn_mask(attn_mask: torch.Tensor, b: int, h: int, sq: int, sk: int) -
 
 def bias(b: int, h: int, sq: int, sk: int, *, attn_mask: torch.Tensor | None = None,
          causal: bool = False, stride: int | None = None, window: int | None = None,
-         key_lengths: torch.Tensor | None = None, dtype=torch.float32, device=None) -> torch.Tensor:
+         key_lengths: torch.Tensor | None = None, dtype=torch.float32, device=None,
+         rows: slice = slice(None), cols: slice = slice(None)) -> torch.Tensor:
     """The additive score bias of every rule together: 0 or the additive mask where
-    attention is allowed, -inf where it is not.  Broadcastable to ``[B, H, Sq, Sk]``."""
+    attention is allowed, -inf where it is not.  Broadcastable to ``[B, H, Sq, Sk]``, or to
+    the tile ``[rows, cols]`` of it."""
     ok = allowed(sq, sk, causal=causal, stride=stride, window=window,
-                 key_lengths=key_lengths, device=device)
+                 key_lengths=key_lengths, device=device, rows=rows, cols=cols)
     out = torch.zeros(ok.shape, dtype=dtype, device=device)
     if attn_mask is not None:
         check_attn_mask(attn_mask, b, h, sq, sk)
         m = attn_mask.to(device)
+        m = m.expand(*m.shape[:-2], sq, sk)[..., rows, cols]   # a view: nothing is copied
         if m.dtype == torch.bool:
             ok = ok & m
         else:

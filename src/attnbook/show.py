@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .build import kernel_source
 
-__all__ = ["show_kernel"]
+__all__ = ["show_kernel", "show_source"]
 
 
 class _Code:
@@ -27,3 +27,9 @@ def show_kernel(filename: str, start: str | None = None, end: str | None = None)
         j = next((n for n, ln in enumerate(lines[i + 1:], i + 1) if end and end in ln), len(lines))
         text = "\n".join(lines[i:j])
     return _Code(text, "cuda")
+
+
+def show_source(obj):
+    """The Python source of a function of the package, for display."""
+    import inspect
+    return _Code(inspect.getsource(obj), "python")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 
+import matplotlib.patches as patches
 import matplotlib.pyplot as plt
 import torch
 
 from . import masks, plots
 
 __all__ = ["online_softmax_states", "draw_online_step", "online_softmax_figure", "online_softmax_stepper",
-           "mask_explorer", "mask_explorer_figure"]
+           "mask_explorer", "mask_explorer_figure", "draw_flash_step", "flash_figure", "flash_stepper"]
 
 
 def online_softmax_states(x):
@@ -109,3 +110,58 @@ def mask_explorer(sq=16, sk=16):
         w.observe(show, names="value")
     show()
     return widgets.HBox([widgets.VBox([kind, stride, window, n_q, n_k]), out])
+
+
+def draw_flash_step(axes, trace, step, sq, sk, final_o):
+    """Three panels after step ``step`` of a :func:`attnbook.flash_tiles.flash_attention_tiles`
+    trace: the score tiles visited so far (the current one outlined, masked-out ones hatched),
+    the running m and l of the current query tile's rows, and how far each row's normalised
+    partial output still is from the final one."""
+    grid, state, error = axes
+    now = trace[step]
+    for t in trace[:step + 1]:
+        (r0, r1), (c0, c1) = t["rows"], t["cols"]
+        current = t is now
+        grid.add_patch(patches.Rectangle((c0, r0), c1 - c0, r1 - r0, hatch="//" if t["skipped"] else None,
+                                         facecolor="0.9" if t["skipped"] else ("tab:orange" if current else "tab:blue"),
+                                         alpha=1.0 if current or t["skipped"] else 0.35,
+                                         edgecolor="k" if current else "0.5", lw=2 if current else 0.5))
+    grid.set(xlim=(0, sk), ylim=(sq, 0), xlabel="key j", ylabel="query i", aspect="equal",
+             title=f"tile ({now['q_tile']}, {now['k_tile']})" + (": masked, skipped" if now["skipped"] else ""))
+    rows = range(*now["rows"])
+    state.plot(rows, now["m"].tolist(), "o-", label="m (running max)")
+    state.plot(rows, now["l"].tolist(), "s-", label="ℓ (running sum)")
+    state.set(xlabel="query i", title="state of the tile's rows")
+    state.legend(fontsize=8)
+    gap = (now["partial"] - final_o[now["rows"][0]:now["rows"][1]]).abs().amax(-1)
+    error.bar(rows, gap.tolist(), color="tab:red")
+    error.set(xlabel="query i", ylim=(0, max(1e-9, float(final_o.abs().max()) * 1.1)),
+              title="max |partial O − final O|")
+
+
+def flash_figure(trace, steps, sq, sk, final_o):
+    """Static rows of :func:`draw_flash_step`, one per step in ``steps``."""
+    fig, axes = plt.subplots(len(steps), 3, figsize=(12, 3.3 * len(steps)))
+    for row, step in zip(axes, steps):
+        draw_flash_step(row, trace, step, sq, sk, final_o)
+    fig.tight_layout()
+    return fig
+
+
+def flash_stepper(trace, sq, sk, final_o):
+    """A slider over the steps of a trace that redraws :func:`draw_flash_step`."""
+    import ipywidgets as widgets
+    out = widgets.Output()
+
+    def show(step):
+        with out:
+            out.clear_output(wait=True)
+            fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
+            draw_flash_step(axes, trace, step, sq, sk, final_o)
+            fig.tight_layout()
+            plt.show()
+
+    slider = widgets.IntSlider(value=0, min=0, max=len(trace) - 1, description="step")
+    slider.observe(lambda change: show(change["new"]), names="value")
+    show(0)
+    return widgets.VBox([slider, out])
