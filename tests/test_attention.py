@@ -10,6 +10,9 @@ import attnbook as ab
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 11)]
 # (B, H, Hkv, Sq, Sk, D): S=1, sizes off every tile, Sq != Sk both ways, grouped heads, odd D.
 SHAPES = [(1, 1, 1, 1, 1, 8), (2, 2, 1, 17, 17, 33), (1, 3, 3, 5, 40, 16), (2, 2, 2, 40, 9, 7)]
+# The fused kernel's head dims, with sizes off its 64×32 tiles: S=1, Sq != Sk both ways, more
+# than one query tile, grouped heads.
+FLASH_SHAPES = [(1, 1, 1, 1, 1, 32), (2, 2, 1, 17, 40, 64), (1, 2, 2, 70, 9, 96), (2, 2, 1, 65, 100, 128)]
 
 
 def inputs(shape, seed=0, magnitude=1.0):
@@ -47,7 +50,8 @@ def mask_options(kind, shape):
 
 
 @pytest.mark.parametrize("impl,shape,kind,order",
-                         list(itertools.product(["naive", "tiled"], SHAPES, ab.masks.MASK_KINDS, ORDERS)))
+                         list(itertools.product(["naive", "tiled"], SHAPES, ab.masks.MASK_KINDS, ORDERS))
+                         + list(itertools.product(["flash"], FLASH_SHAPES, ab.masks.MASK_KINDS, ORDERS)))
 def test_matches_reference(impl, shape, kind, order):
     q, k, v = inputs(shape)
     ours, ref = mask_options(kind, shape)
@@ -66,12 +70,21 @@ def test_large_magnitudes_and_empty_rows(impl):
     torch.testing.assert_close(out.double(), want, rtol=1e-3, atol=1e-3)
 
 
-def test_module_wrapper_and_scale():
-    q, k, v = inputs((1, 2, 2, 9, 9, 16), seed=3)
-    mod = ab.Attention(impl="naive", is_causal=True, scale=0.2)
+@pytest.mark.parametrize("impl,d", [("naive", 16), ("flash", 32)])
+def test_module_wrapper_and_scale(impl, d):
+    q, k, v = inputs((1, 2, 2, 9, 9, d), seed=3)
+    mod = ab.Attention(impl=impl, is_causal=True, scale=0.2)
     torch.testing.assert_close(mod(q, k, v).double(),
                                ab.attention_reference(q, k, v, causal=True, scale=0.2, float64=True),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_flash_is_the_default():
+    q, k, v = inputs((1, 2, 2, 9, 9, 8), seed=3)       # head_dim 8: the fused kernel says so
+    with pytest.raises(ValueError, match="impl='flash' supports head_dim"):
+        ab.attention(q, k, v)
+    with pytest.raises(ValueError, match="impl='flash' supports head_dim"):
+        ab.Attention()(q, k, v)
 
 
 def test_flash_impl_agrees_with_naive():
@@ -98,7 +111,6 @@ GOOD = inputs((2, 4, 2, 5, 6, 8))
     (GOOD, dict(stride=0), ValueError, "stride"),
     (GOOD, dict(window=True), ValueError, "window"),
     (GOOD, dict(impl="magic"), ValueError, "impl"),
-    (GOOD, dict(impl="flash", stride=2), NotImplementedError, "impl='flash'"),
     (GOOD, dict(impl="flash"), ValueError, "head_dim"),
     (("q", *GOOD[1:]), {}, TypeError, "q must be a tensor"),
 ])

@@ -63,3 +63,21 @@ def test_bad_inputs_raise_clear_errors(change, match):
     q, k, v = inputs((1, 2, 2, 5, 6, 32))
     with pytest.raises((RuntimeError, ValueError), match=match):
         ab.flash_attention_fp32(*change(q, k, v), backend="emulator")
+
+
+@pytest.mark.parametrize("tiles", ab.flash.FLASH_FP32_SWEEP)
+def test_every_swept_tile_shape(tiles):
+    """Each (Br, Bc) of chapter 7's sweep, on sizes off its tiles, with the masks that change
+    which tiles are loaded (causal, window, key padding) and one that is per element (bias)."""
+    q, k, v = inputs((2, 2, 1, 70, 90, 64), seed=5)
+    lengths, bias = torch.tensor([90, 41]), torch.randn(1, 2, 70, 90)
+    for opts in (dict(causal=True, window=20), dict(key_lengths=lengths, attn_mask=bias)):
+        o = ab.flash_attention_fp32(q, k, v, tiles=tiles, backend="emulator", **opts)
+        ref = {("causal" if key == "causal" else key): val for key, val in opts.items()}
+        torch.testing.assert_close(o.double(), ab.attention_reference(q, k, v, float64=True, **ref), rtol=1e-4, atol=1e-5)
+
+
+def test_uncompiled_tiles_are_rejected():
+    q, k, v = inputs((1, 1, 1, 4, 4, 32))
+    with pytest.raises(ValueError, match=r"tiles \(32, 32\) are not compiled for head_dim 32"):
+        ab.flash_attention_fp32(q, k, v, tiles=(32, 32), backend="emulator")

@@ -4,7 +4,7 @@ One import gives a chapter everything it uses::
 
     import attnbook as ab
 """
-from . import bench, benchmarks, masks, plots, widgets
+from . import bench, benchmarks, flash, masks, plots, widgets
 from .attention import Attention, attention
 from .build import CompileError, compile, default_backend, kernel_source, ptxas_report
 from .emulator import thread_order

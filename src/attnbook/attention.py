@@ -16,34 +16,10 @@ from .flash import FLASH_FP32_HEAD_DIMS, flash_attention_fp32
 
 __all__ = ["attention", "Attention", "IMPLS"]
 
-IMPLS = ("naive", "tiled", "flash")
-
-_MASK_PARAMS = r"""
-#include "mask_params.h"
-
-// bias: additive mask viewed as [B, H, Sq, Sk] with broadcast strides (numel 0: none);
-// lengths: int32 [B] key lengths (numel 0: none).
-static MaskParams mask_params(const at::Tensor& bias, const at::Tensor& lengths, bool causal,
-                              int64_t stride, int64_t window) {
-  MaskParams m;
-  m.causal = causal;
-  m.stride = int(stride);
-  m.window = int(window);
-  if (bias.numel() > 0) {
-    TORCH_CHECK(bias.scalar_type() == at::kFloat && bias.dim() == 4, "bias must be a float [B, H, Sq, Sk] view");
-    m.bias = bias.data_ptr<float>();
-    m.bs0 = bias.stride(0); m.bs1 = bias.stride(1); m.bs2 = bias.stride(2); m.bs3 = bias.stride(3);
-  }
-  if (lengths.numel() > 0) {
-    attnbook::check_tensor(lengths, "key_lengths", at::kInt);
-    m.key_lengths = lengths.data_ptr<int>();
-  }
-  return m;
-}
-"""
+IMPLS = ("flash", "tiled", "naive")
 
 # The three-kernel paths share a signature: the launcher gets a workspace for the scores.
-_SCORES_WRAPPER = _MASK_PARAMS + r"""
+_SCORES_WRAPPER = masks.MASK_PARAMS_CPP + r"""
 void LAUNCHER(const float*, const float*, const float*, float*, float*, int, int, int, int, int, int,
               float, MaskParams, int, cudaStream_t);
 
@@ -102,17 +78,8 @@ def _check(q, k, v, attn_mask, key_lengths, stride, window):
             raise ValueError(f"{name} must be a positive int, got {val!r}")
 
 
-def _bias_view(attn_mask, b, h, sq, sk):
-    """The mask as an additive float [B, H, Sq, Sk] view with 0 strides where it broadcasts."""
-    m = attn_mask
-    if m.dtype == torch.bool:
-        m = torch.zeros(m.shape, device=m.device).masked_fill(~m, float("-inf"))
-    m = m.float()
-    return m.reshape((1,) * (4 - m.dim()) + tuple(m.shape)).expand(b, h, sq, sk)
-
-
 def attention(q, k, v, attn_mask=None, is_causal=False, scale=None, *, stride=None, window=None,
-              key_lengths=None, impl="naive"):
+              key_lengths=None, impl="flash"):
     """softmax(q kᵀ · scale + mask) v by the book's kernels.
 
     q: [B, H, Sq, D], k and v: [B, Hkv, Sk, D] (H a multiple of Hkv), float32, contiguous, on a
@@ -128,12 +95,11 @@ def attention(q, k, v, attn_mask=None, is_causal=False, scale=None, *, stride=No
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     backend = "cuda" if q.device.type == "cuda" else "emulator"
     if impl == "flash":
-        if attn_mask is not None or stride or window or key_lengths is not None:
-            raise NotImplementedError("impl='flash' supports is_causal only so far; use impl='naive' "
-                                      "for attn_mask, stride, window and key_lengths")
         if d not in FLASH_FP32_HEAD_DIMS:
-            raise ValueError(f"impl='flash' supports head_dim {FLASH_FP32_HEAD_DIMS}, got {d}")
-        return flash_attention_fp32(q, k, v, causal=is_causal, scale=scale, backend=backend)
+            raise ValueError(f"impl='flash' supports head_dim {FLASH_FP32_HEAD_DIMS}, got {d}; "
+                             "impl='naive' and impl='tiled' take any head_dim")
+        return flash_attention_fp32(q, k, v, causal=is_causal, scale=scale, attn_mask=attn_mask, stride=stride,
+                                    window=window, key_lengths=key_lengths, backend=backend)
     return _three_kernels(impl, q, k, v, attn_mask, is_causal, scale, stride, window, key_lengths, backend)
 
 
@@ -141,10 +107,7 @@ def _three_kernels(impl, q, k, v, attn_mask, is_causal, scale, stride, window, k
                    gather=True):
     """The naive or tiled path. The tiled path computes strided attention on the attended keys
     only (``gather``); ``gather=False`` computes every score and masks, for comparison."""
-    b, h, sq, _ = q.shape
-    none = q.new_empty(0)
-    bias = none if attn_mask is None else _bias_view(attn_mask, b, h, sq, k.shape[2])
-    lengths = none if key_lengths is None else key_lengths.to(torch.int32).contiguous()
+    bias, lengths = masks.kernel_tensors(q, k, attn_mask, key_lengths)
     key_step = stride if impl == "tiled" and stride and gather else 1
     launcher = f"attention_{impl}"
     module = package_module(f"{impl}_attention", f"{impl}_attention.cu",
@@ -155,7 +118,7 @@ def _three_kernels(impl, q, k, v, attn_mask, is_causal, scale, stride, window, k
 class Attention(torch.nn.Module):
     """Multi-head attention over [B, H, S, D] tensors with a fixed implementation and mask."""
 
-    def __init__(self, impl="naive", is_causal=False, scale=None, stride=None, window=None):
+    def __init__(self, impl="flash", is_causal=False, scale=None, stride=None, window=None):
         super().__init__()
         self.impl, self.is_causal, self.scale, self.stride, self.window = impl, is_causal, scale, stride, window
 

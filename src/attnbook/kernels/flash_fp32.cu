@@ -1,4 +1,4 @@
-// Fused attention forward in fp32 (FlashAttention-2's schedule): softmax(q kᵀ · scale) v
+// Fused attention forward in fp32 (FlashAttention-2's schedule): softmax(q kᵀ · scale + mask) v
 // without ever storing the Sq x Sk score matrix.
 //
 // Grid: (ceil(Sq / Br), B * H). A block owns Br consecutive query rows of one (batch, head);
@@ -9,21 +9,26 @@
 //
 // Invariant after each tile: acc = Σ_j exp(s_j − m) v_j and l = Σ_j exp(s_j − m) over the keys
 // seen so far, with m their largest score; a new tile rescales both by exp(m_old − m_new).
-// Causal (aligned bottom-right: query i sees keys j ≤ i + Sk − Sq) stops the key loop after the
-// tile holding the block's last admissible key, so tiles above the diagonal are never loaded.
+//
+// Masks (mask.cuh): the block loads only the key tiles that some of its rows may attend
+// (causal: none above the diagonal; window: none outside the band; key padding: none past the
+// length), and evaluates the mask per element only in tiles that are not entirely admitted
+// (for causal: the tiles that cross the diagonal).
 #include <cmath>
+
+#include "mask.cuh"
 
 template <int D, int Br, int Bc>
 __global__ void flash_fwd_fp32_kernel(const float* __restrict__ q, const float* __restrict__ k,
                                       const float* __restrict__ v, float* __restrict__ o,
                                       float* __restrict__ lse, int H, int Hkv, int Sq, int Sk,
-                                      float scale, bool causal) {
+                                      float scale, MaskParams mask) {
   __shared__ float Ks[Bc][D];
   __shared__ float Vs[Bc][D];
   const int bh = blockIdx.y, b = bh / H, h = bh % H, hk = h / (H / Hkv);
-  const int row = blockIdx.x * Br + threadIdx.x;
+  const int row_lo = blockIdx.x * Br, row_hi = min(Sq, row_lo + Br) - 1;
+  const int row = row_lo + threadIdx.x;
   const bool active = row < Sq;
-  const int offset = Sk - Sq;   // query i sits at key position i + offset
   const float* kb = k + (size_t(b) * Hkv + hk) * Sk * D;
   const float* vb = v + (size_t(b) * Hkv + hk) * Sk * D;
 
@@ -34,9 +39,9 @@ __global__ void flash_fwd_fp32_kernel(const float* __restrict__ q, const float* 
   }
   float m = -INFINITY, l = 0.f;
 
-  int kv_end = Sk;
-  if (causal) kv_end = min(Sk, max(0, (blockIdx.x + 1) * Br + offset));
-  for (int j0 = 0; j0 < kv_end; j0 += Bc) {
+  int kv_begin, kv_end;   // the same for every thread of the block, so the barriers below match
+  admitted_key_range(mask, b, row_lo, row_hi, Sq, Sk, &kv_begin, &kv_end);
+  for (int j0 = kv_begin; j0 < kv_end; j0 += Bc) {
     for (int idx = threadIdx.x; idx < Bc * D; idx += Br) {   // consecutive threads, consecutive d
       const int r = idx / D, d = idx % D, key = j0 + r;
       Ks[r][d] = key < Sk ? kb[size_t(key) * D + d] : 0.f;
@@ -44,13 +49,12 @@ __global__ void flash_fwd_fp32_kernel(const float* __restrict__ q, const float* 
     }
     __syncthreads();   // the tile is complete before anyone reads it
     if (active) {
+      const bool unmasked = tile_unmasked(mask, b, row_lo, row_hi, j0, j0 + Bc, Sq, Sk);
       float s[Bc], m_new = m;
       for (int jj = 0; jj < Bc; ++jj) {
-        const int key = j0 + jj;
         float dot = 0.f;
         for (int d = 0; d < D; ++d) dot += qr[d] * Ks[jj][d];
-        const bool ok = key < Sk && (!causal || key <= row + offset);
-        s[jj] = ok ? dot : -INFINITY;
+        s[jj] = unmasked ? dot : (j0 + jj < Sk ? masked_score(mask, dot, b, h, row, j0 + jj, Sq, Sk) : -INFINITY);
         m_new = fmaxf(m_new, s[jj]);
       }
       if (m_new != -INFINITY) {        // otherwise every key so far is masked: nothing to add
@@ -74,23 +78,35 @@ __global__ void flash_fwd_fp32_kernel(const float* __restrict__ q, const float* 
   }
 }
 
-template <int D>
-static void launch(const float* q, const float* k, const float* v, float* o, float* lse, int B,
-                   int H, int Hkv, int Sq, int Sk, float scale, bool causal, cudaStream_t stream) {
-  constexpr int Br = 64, Bc = 32;
+template <int D, int Br, int Bc>
+static void launch(const float* q, const float* k, const float* v, float* o, float* lse, int B, int H,
+                   int Hkv, int Sq, int Sk, float scale, const MaskParams& mask, cudaStream_t stream) {
   dim3 grid((Sq + Br - 1) / Br, B * H);
-  flash_fwd_fp32_kernel<D, Br, Bc><<<grid, Br, 0, stream>>>(q, k, v, o, lse, H, Hkv, Sq, Sk, scale, causal);
+  flash_fwd_fp32_kernel<D, Br, Bc><<<grid, Br, 0, stream>>>(q, k, v, o, lse, H, Hkv, Sq, Sk, scale, mask);
 }
 
-// Returns false if head_dim is not one of those compiled (32, 64, 96, 128).
+// The compiled (D, Br, Bc) configurations: Br = 64, Bc = 32 for every head dimension, and the
+// tile sweep of chapter 7 at D = 64. Returns false for any other configuration.
 bool flash_fwd_fp32(const float* q, const float* k, const float* v, float* o, float* lse, int B,
-                    int H, int Hkv, int Sq, int Sk, int D, float scale, bool causal,
-                    cudaStream_t stream) {
-  switch (D) {
-    case 32: launch<32>(q, k, v, o, lse, B, H, Hkv, Sq, Sk, scale, causal, stream); return true;
-    case 64: launch<64>(q, k, v, o, lse, B, H, Hkv, Sq, Sk, scale, causal, stream); return true;
-    case 96: launch<96>(q, k, v, o, lse, B, H, Hkv, Sq, Sk, scale, causal, stream); return true;
-    case 128: launch<128>(q, k, v, o, lse, B, H, Hkv, Sq, Sk, scale, causal, stream); return true;
-    default: return false;
+                    int H, int Hkv, int Sq, int Sk, int D, int Br, int Bc, float scale,
+                    const MaskParams& mask, cudaStream_t stream) {
+#define ATTNBOOK_FLASH_CONFIG(d, br, bc)                                                        \
+  if (D == d && Br == br && Bc == bc) {                                                         \
+    launch<d, br, bc>(q, k, v, o, lse, B, H, Hkv, Sq, Sk, scale, mask, stream);                \
+    return true;                                                                                \
   }
+  ATTNBOOK_FLASH_CONFIG(32, 64, 32)
+  ATTNBOOK_FLASH_CONFIG(64, 64, 32)
+  ATTNBOOK_FLASH_CONFIG(96, 64, 32)
+  ATTNBOOK_FLASH_CONFIG(128, 64, 32)
+  ATTNBOOK_FLASH_CONFIG(64, 32, 16)
+  ATTNBOOK_FLASH_CONFIG(64, 32, 32)
+  ATTNBOOK_FLASH_CONFIG(64, 32, 64)
+  ATTNBOOK_FLASH_CONFIG(64, 64, 16)
+  ATTNBOOK_FLASH_CONFIG(64, 64, 64)
+  ATTNBOOK_FLASH_CONFIG(64, 128, 16)
+  ATTNBOOK_FLASH_CONFIG(64, 128, 32)
+  ATTNBOOK_FLASH_CONFIG(64, 128, 64)
+#undef ATTNBOOK_FLASH_CONFIG
+  return false;
 }

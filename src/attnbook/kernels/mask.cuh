@@ -20,3 +20,31 @@ __device__ __forceinline__ float masked_score(const MaskParams& m, float s, int 
   if (m.bias) s += m.bias[b * m.bs0 + h * m.bs1 + i * m.bs2 + j * m.bs3];
   return s;
 }
+
+// Keys [*begin, *end) hold every key that query rows [row_lo, row_hi] of batch b may attend:
+// a fused kernel loads only the tiles in this range (the rest of the row is masked anyway).
+__device__ __forceinline__ void admitted_key_range(const MaskParams& m, int b, int row_lo, int row_hi,
+                                                   int Sq, int Sk, int* begin, int* end) {
+  const int lo = row_lo + Sk - Sq, hi = row_hi + Sk - Sq;   // positions of the first and last row
+  int first = 0, last = Sk;                                  // exclusive end
+  if (m.causal) last = min(last, hi + 1);
+  if (m.window > 0) {
+    first = max(first, lo - m.window + 1);
+    last = min(last, hi + m.window);
+  }
+  if (m.key_lengths) last = min(last, m.key_lengths[b]);
+  *begin = first;
+  *end = max(first, last);
+}
+
+// True if every query of rows [row_lo, row_hi] may attend every key of [j0, j1) with no
+// additive term: such a tile needs no per-element mask.
+__device__ __forceinline__ bool tile_unmasked(const MaskParams& m, int b, int row_lo, int row_hi, int j0,
+                                              int j1, int Sq, int Sk) {
+  const int lo = row_lo + Sk - Sq, hi = row_hi + Sk - Sq;
+  if (m.bias || m.stride > 1 || j1 > Sk) return false;
+  if (m.key_lengths && j1 > m.key_lengths[b]) return false;
+  if (m.causal && j1 - 1 > lo) return false;
+  if (m.window > 0 && (hi - j0 >= m.window || j1 - 1 - lo >= m.window)) return false;
+  return true;
+}
