@@ -107,3 +107,11 @@ def test_recorded_results_are_complete():
             assert data["machine"].get(key), (path, key)
         assert data["rows"] and all("impl" in r and "ms" in r for r in data["rows"]), path
         assert any(r["ms"] for r in data["rows"]), path
+
+
+def test_sweep_heatmap_places_each_tile_shape():
+    rows = [dict(impl="flash sweep", Br=br, Bc=bc, ms=float(br + bc), S=2048) for br in (32, 64) for bc in (16, 32, 64)]
+    ax = ab.plots.plot_sweep(bench.Result("07", rows, dict(gpu="Tesla T4")))
+    grid = ax.get_images()[0].get_array()
+    assert grid.shape == (2, 3) and grid[1, 2] == 64 + 64 and grid[0, 0] == 32 + 16
+    matplotlib.pyplot.close("all")

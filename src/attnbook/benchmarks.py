@@ -13,6 +13,7 @@ import torch
 
 from . import bench
 from .attention import _three_kernels, attention
+from .flash import FLASH_FP32_SWEEP, flash_attention_fp32
 from .gemm import GEMM_STEPS, gemm
 from .softmax import SOFTMAX_KERNELS, softmax
 
@@ -107,7 +108,24 @@ def chapter05():
     return rows
 
 
-SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05}
+def chapter07():
+    """The fused kernel against naive, tiled, eager and every SDPA backend at the headline shapes
+    (B=4, H=8, D=64, fp32, S = 512 … 4096), without and with causal; then the Br×Bc sweep at
+    S = 2048."""
+    lengths = (512, 1024, 2048, 4096)
+    rows = attention_suite(["flash", "tiled", "naive"], lengths) + attention_suite(["flash", "tiled"], lengths, causal=True)
+    peaks, S = bench.device_peaks(), 2048
+    q, k, v = _qkv(S)
+    for causal in (False, True):
+        work = dict(flops=bench.attention_flops(B, H, S, S, D, causal), bytes=bench.attention_bytes(B, H, S, S, D),
+                    peaks=peaks)
+        for br, bc in FLASH_FP32_SWEEP:
+            rows.append(bench.measure("flash sweep", lambda t=(br, bc): flash_attention_fp32(q, k, v, causal=causal, tiles=t),
+                                      dict(S=S, Br=br, Bc=bc, causal=causal, sweep=True), **work))
+    return rows
+
+
+SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05, "07": chapter07}
 
 
 def main(chapters):

@@ -7,7 +7,7 @@ import torch
 from . import masks
 
 __all__ = ["draw_mask", "mask_gallery", "plot_metric", "plot_times", "plot_pct_peak", "plot_memory",
-           "plot_speedups"]
+           "plot_speedups", "plot_sweep"]
 
 # (title, Sq, Sk, rules) of each panel of the gallery of mask kinds.
 GALLERY = [
@@ -105,4 +105,25 @@ def plot_speedups(result, baseline, x="S", ax=None):
     ax.set_ylabel(f"speedup over {baseline}")
     ax.set_title(result.machine.get("gpu", ""), fontsize=10)
     ax.legend(fontsize=8)
+    return ax
+
+
+def plot_sweep(result, ax=None, **where):
+    """Heatmap of the median time of each (Br, Bc) in rows that have them (chapter 7's sweep)."""
+    rows = [r for r in result.select(**where) if "Br" in r and r.get("ms") is not None]
+    brs, bcs = sorted({r["Br"] for r in rows}), sorted({r["Bc"] for r in rows})
+    grid = [[float("nan")] * len(bcs) for _ in brs]
+    for r in rows:
+        grid[brs.index(r["Br"])][bcs.index(r["Bc"])] = r["ms"]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4.5, 4))
+    ax.imshow(grid, cmap="viridis_r")
+    for i, line in enumerate(grid):
+        for j, ms in enumerate(line):
+            ax.text(j, i, f"{ms:.2f}", ha="center", va="center", color="w", fontsize=9)
+    ax.set_xticks(range(len(bcs)), [str(b) for b in bcs])
+    ax.set_yticks(range(len(brs)), [str(b) for b in brs])
+    ax.set_xlabel("Bc (keys per tile)")
+    ax.set_ylabel("Br (query rows per block)")
+    ax.set_title(f"ms, {result.machine.get('gpu', '')}", fontsize=10)
     return ax
