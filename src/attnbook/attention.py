@@ -12,7 +12,7 @@ import torch
 
 from . import masks
 from .build import package_module
-from .flash import FLASH_FP32_HEAD_DIMS, flash_attention_fp32
+from .flash import flash_attention_fp32
 
 __all__ = ["attention", "Attention", "IMPLS"]
 
@@ -95,9 +95,6 @@ def attention(q, k, v, attn_mask=None, is_causal=False, scale=None, *, stride=No
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     backend = "cuda" if q.device.type == "cuda" else "emulator"
     if impl == "flash":
-        if d not in FLASH_FP32_HEAD_DIMS:
-            raise ValueError(f"impl='flash' supports head_dim {FLASH_FP32_HEAD_DIMS}, got {d}; "
-                             "impl='naive' and impl='tiled' take any head_dim")
         return flash_attention_fp32(q, k, v, causal=is_causal, scale=scale, attn_mask=attn_mask, stride=stride,
                                     window=window, key_lengths=key_lengths, backend=backend)
     return _three_kernels(impl, q, k, v, attn_mask, is_causal, scale, stride, window, key_lengths, backend)

@@ -6,14 +6,14 @@ import math
 from . import masks
 from .build import default_backend, package_module
 
-__all__ = ["flash_attention_fp32", "FLASH_FP32_HEAD_DIMS", "FLASH_FP32_TILES", "FLASH_FP32_SWEEP"]
+__all__ = ["flash_attention_fp32", "WRAPPER", "FLASH_FP32_HEAD_DIMS", "FLASH_FP32_TILES", "FLASH_FP32_SWEEP"]
 
 FLASH_FP32_HEAD_DIMS = (32, 64, 96, 128)
 FLASH_FP32_TILES = (64, 32)   # (Br, Bc) compiled for every head dimension
 # (Br, Bc) compiled at head_dim 64 for chapter 7's sweep.
 FLASH_FP32_SWEEP = tuple((br, bc) for br in (32, 64, 128) for bc in (16, 32, 64))
 
-_WRAPPER = masks.MASK_PARAMS_CPP + r"""
+WRAPPER = masks.MASK_PARAMS_CPP + r"""
 bool flash_fwd_fp32(const float*, const float*, const float*, float*, float*, int, int, int, int,
                     int, int, int, int, float, const MaskParams&, cudaStream_t);
 
@@ -52,7 +52,8 @@ def flash_attention_fp32(q, k, v, *, causal=False, scale=None, attn_mask=None, s
         raise ValueError(f"q must be [B, H, Sq, D], got shape {tuple(q.shape)}")
     d = q.shape[-1]
     if d not in FLASH_FP32_HEAD_DIMS:
-        raise ValueError(f"head_dim {d} is not supported; use one of {FLASH_FP32_HEAD_DIMS}")
+        raise ValueError(f"head_dim {d} is not supported by the fused kernel (impl='flash'): use one of "
+                         f"{FLASH_FP32_HEAD_DIMS}; impl='naive' and impl='tiled' take any head_dim")
     tiles = tuple(tiles)
     if tiles != FLASH_FP32_TILES and not (d == 64 and tiles in FLASH_FP32_SWEEP):
         raise ValueError(f"tiles {tiles} are not compiled for head_dim {d}: use {FLASH_FP32_TILES}"
@@ -60,6 +61,6 @@ def flash_attention_fp32(q, k, v, *, causal=False, scale=None, attn_mask=None, s
     backend = backend or default_backend()
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     bias, lengths = masks.kernel_tensors(q, k, attn_mask, key_lengths)
-    module = package_module("flash_fp32", "flash_fp32.cu", _WRAPPER, ["flash_forward"], backend)
+    module = package_module("flash_fp32", "flash_fp32.cu", WRAPPER, ["flash_forward"], backend)
     o, lse = module.flash_forward(q, k, v, bias, lengths, bool(causal), stride or 0, window or 0, scale, *tiles)
     return (o, lse) if return_lse else o

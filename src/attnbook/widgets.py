@@ -29,8 +29,8 @@ def draw_online_step(ax, x, k):
     """The row after k elements of the online pass: seen elements as bars of exp(x_i − m_k)/l_k
     (what their probabilities would be if the row ended here), unseen ones grey."""
     x = [float(v) for v in x]
-    m, l = online_softmax_states(x)[k]
-    final_m, final_l = online_softmax_states(x)[-1]
+    states = online_softmax_states(x)
+    (m, l), (final_m, final_l) = states[k], states[-1]
     seen = [math.exp(v - m) / l if i < k else 0.0 for i, v in enumerate(x)]
     exact = [math.exp(v - final_m) / final_l for v in x]
     ax.bar(range(len(x)), exact, color="0.85", label="final softmax")
