@@ -124,7 +124,7 @@ def test_bad_inputs_raise_before_launch(args, kwargs, err, match):
 def test_strided_gather_equals_dense_masking(stride, extra):
     """The tiled path's strided attention reads only every stride-th key; it must agree with
     computing every score and masking, on shapes larger than one 64×64 GEMM tile."""
-    from attnbook.attention import _three_kernels
+    from attnbook.ops.attention import _three_kernels
     q, k, v = inputs((2, 4, 2, 131, 200, 64), seed=5)
     args = (q, k, v, None, extra.get("is_causal", False), 0.125, stride, extra.get("window"), None, "emulator")
     gathered = _three_kernels("tiled", *args)

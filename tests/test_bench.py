@@ -11,7 +11,7 @@ import attnbook as ab
 from attnbook import bench
 
 matplotlib.use("Agg")
-RESULTS = pathlib.Path(__file__).resolve().parents[1] / "book" / "results"
+RESULTS = bench.results_dir()
 
 
 def test_attention_work():
@@ -98,8 +98,8 @@ def test_figures_draw_every_implementation_that_ran():
 
 
 def test_recorded_results_are_complete():
-    """Every file in book/results names its machine and versions and holds measured rows."""
-    from attnbook.benchmarks import SUITES
+    """Every recorded result file names its machine and versions and holds measured rows."""
+    from attnbook.bench.suites import SUITES
     for path in sorted(RESULTS.glob("*/*.json")):
         data = json.loads(path.read_text())
         assert path.parent.name == data["chapter"] and data["chapter"] in SUITES, path

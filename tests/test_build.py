@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import attnbook as ab
-from attnbook import emulator
-from attnbook.build import KERNEL_DIR, find_nvcc
+from attnbook.toolchain import emulator
+from attnbook.toolchain import KERNEL_DIR, find_nvcc
 
 HERE = pathlib.Path(__file__).parent / "cuda"
 KERNEL_FILES = sorted(KERNEL_DIR.glob("*.cu")) + [HERE / "selftest.cu"]

@@ -65,7 +65,7 @@ def test_bad_inputs_raise_clear_errors(change, match):
         ab.flash_attention_fp32(*change(q, k, v), backend="emulator")
 
 
-@pytest.mark.parametrize("tiles", ab.flash.FLASH_FP32_SWEEP)
+@pytest.mark.parametrize("tiles", ab.ops.flash.FLASH_FP32_SWEEP)
 def test_every_swept_tile_shape(tiles):
     """Each (Br, Bc) of chapter 7's sweep, on sizes off its tiles, with the masks that change
     which tiles are loaded (causal, window, key padding) and one that is per element (bias)."""

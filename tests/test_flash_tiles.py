@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import attnbook as ab
-from attnbook.flash_tiles import flash_attention_tiles
+from attnbook.reference.flash_tiles import flash_attention_tiles
 from test_attention import SHAPES, inputs, mask_options
 
 TILES = [(1, 1), (4, 3), (16, 16), (7, 64)]   # tiles of one element, tiles that do not divide S

@@ -3,18 +3,18 @@
 One import gives a chapter everything it uses::
 
     import attnbook as ab
+
+The subpackages name the layers, each using only those listed before it:
+``toolchain`` (kernel text to a Python callable), ``kernels`` (the CUDA sources),
+``reference`` (exact PyTorch), ``ops`` (the registered torch ops), ``bench``, ``figures``.
 """
-from . import bench, benchmarks, flash, masks, plots, widgets
-from .attention import Attention, attention
-from .build import CompileError, compile, default_backend, kernel_source, ptxas_report
-from .emulator import thread_order
-from .flash import flash_attention_fp32
-from .flash_tiles import flash_attention_tiles
-from .gemm import GEMM_STEPS, gemm
-from .machine import describe_machine, has_gpu
-from .memory import peak_memory
-from .reference import attention_reference, expand_kv
-from .show import show_kernel, show_source
-from .softmax import SOFTMAX_KERNELS, softmax
+from . import bench, figures, ops, reference, toolchain
+from .bench import peak_memory
+from .figures import plots, show_kernel, show_source, widgets
+from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, Attention, attention, flash_attention_fp32,
+                  gemm, softmax)
+from .reference import attention_reference, expand_kv, flash_attention_tiles, masks
+from .toolchain import (CompileError, compile, default_backend, describe_machine, has_gpu,
+                        kernel_source, ptxas_report, thread_order)
 
 __version__ = "0.1.0"

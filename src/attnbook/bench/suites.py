@@ -1,21 +1,19 @@
 """Each chapter's benchmark: the workloads, the implementations timed side by side, and the
 PyTorch baselines, as rows for :mod:`attnbook.bench`. Run on a GPU with::
 
-    python -m attnbook.benchmarks 02 03 04 05      # writes book/results/<chapter>/<gpu>.json
+    python -m attnbook.bench 02 03 04 05      # writes bench/results/<chapter>/<gpu>.json
 
 or from a chapter's benchmark cell with ``ab.bench.run_or_load(chapter, SUITES[chapter])``.
 """
 from __future__ import annotations
 
-import sys
-
 import torch
 
-from . import bench
-from .attention import _three_kernels, attention
-from .flash import FLASH_FP32_SWEEP, flash_attention_fp32
-from .gemm import GEMM_STEPS, gemm
-from .softmax import SOFTMAX_KERNELS, softmax
+from . import harness as bench
+from ..ops.attention import _three_kernels, attention
+from ..ops.flash import FLASH_FP32_SWEEP, flash_attention_fp32
+from ..ops.gemm import GEMM_STEPS, gemm
+from ..ops.softmax import SOFTMAX_KERNELS, softmax
 
 __all__ = ["SUITES", "attention_suite"]
 
@@ -134,6 +132,3 @@ def main(chapters):
             raise SystemExit(f"no benchmark for chapter {chapter!r}; there are {sorted(SUITES)}")
         bench.run_or_load(chapter, SUITES[chapter])
 
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

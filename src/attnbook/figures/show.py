@@ -1,7 +1,7 @@
 """Show source code in a notebook: rendered as a highlighted block in Jupyter and in the book."""
 from __future__ import annotations
 
-from .build import kernel_source
+from ..toolchain.compile import kernel_source
 
 __all__ = ["show_kernel", "show_source"]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .build import package_module
+from ..toolchain.compile import package_module
 
 __all__ = ["gemm", "GEMM_STEPS"]
 

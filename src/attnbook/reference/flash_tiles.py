@@ -13,7 +13,7 @@ import math
 import torch
 
 from . import masks
-from .reference import expand_kv
+from .attention import expand_kv
 
 __all__ = ["flash_attention_tiles"]
 

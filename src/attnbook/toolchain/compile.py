@@ -20,8 +20,6 @@ import hashlib
 import os
 import pathlib
 import re
-import shutil
-import subprocess
 import time
 import warnings
 
@@ -29,12 +27,12 @@ import torch
 
 from . import emulator
 
-__all__ = ["compile", "kernel_source", "package_module", "CompileError", "default_backend", "ptxas_report",
-           "find_nvcc", "KERNEL_DIR", "INCLUDE_DIR"]
+__all__ = ["compile", "kernel_source", "package_module", "CompileError", "default_backend",
+           "KERNEL_DIR", "INCLUDE_DIR"]
 
-PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
-KERNEL_DIR = PACKAGE_DIR / "kernels"
-INCLUDE_DIR = PACKAGE_DIR / "include"
+TOOLCHAIN_DIR = pathlib.Path(__file__).resolve().parent
+KERNEL_DIR = TOOLCHAIN_DIR.parent / "kernels"
+INCLUDE_DIR = TOOLCHAIN_DIR / "include"
 EMULATOR_DIR = INCLUDE_DIR / "emulator"   # stands in for the CUDA toolkit's headers on the CPU
 BACKENDS = ("cuda", "emulator")
 # Hidden visibility: each extension keeps its own emulator state (inline statics would otherwise
@@ -161,55 +159,3 @@ def package_module(name: str, filename: str, wrapper: str, functions, backend: s
     if key not in _package_modules:
         _package_modules[key] = compile(name, kernel_source(filename), wrapper, functions, backend=backend)
     return _package_modules[key]
-
-
-def find_nvcc() -> str | None:
-    """Path of nvcc, or None where the CUDA toolkit is absent."""
-    from torch.utils.cpp_extension import CUDA_HOME
-    for cand in ([os.path.join(CUDA_HOME, "bin", "nvcc")] if CUDA_HOME else []) + \
-            [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]:
-        if cand and os.path.exists(cand):
-            return cand
-    return None
-
-
-def ptxas_report(cuda: str, arch: str = "sm_80") -> dict:
-    """Compile ``cuda`` with nvcc for ``arch`` (compile only, no GPU needed) and return what
-    ptxas reports per kernel: ``{kernel: {"registers", "spill_stores", "spill_loads",
-    "shared_bytes", "stack_bytes"}}``. Raises CompileError if it does not compile."""
-    nvcc = find_nvcc()
-    if nvcc is None:
-        raise RuntimeError("ptxas_report needs nvcc (the CUDA toolkit), which this machine lacks")
-    import tempfile
-    with tempfile.TemporaryDirectory() as tmp:
-        src = pathlib.Path(tmp) / _source_name(cuda)
-        src.write_text(cuda)
-        cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-std=c++17", "-Xptxas=-v",
-               f"-I{KERNEL_DIR}", "-o", os.devnull, str(src)]
-        run = subprocess.run(cmd, capture_output=True, text=True)
-    if run.returncode != 0:
-        raise CompileError(f"nvcc -arch={arch} failed:\n{_short_error(run.stderr + run.stdout)}")
-    report, current = {}, None
-    for line in run.stderr.splitlines():
-        m = re.search(r"(?:Compiling entry function|Function properties for) '?(\w+)'?", line)
-        if m:
-            current = report.setdefault(_demangle(m.group(1)), {"shared_bytes": 0})
-            continue
-        if current is None:
-            continue
-        for key, pattern in [("stack_bytes", r"(\d+) bytes stack frame"),
-                             ("spill_stores", r"(\d+) bytes spill stores"),
-                             ("spill_loads", r"(\d+) bytes spill loads"),
-                             ("registers", r"Used (\d+) registers"),
-                             ("shared_bytes", r"(\d+) bytes smem")]:
-            m = re.search(pattern, line)
-            if m:
-                current[key] = int(m.group(1))
-    return {k: v for k, v in report.items() if "registers" in v}
-
-
-def _demangle(symbol: str) -> str:
-    filt = shutil.which("c++filt")
-    if not filt or not symbol.startswith("_Z"):
-        return symbol
-    return subprocess.run([filt, symbol], capture_output=True, text=True).stdout.strip() or symbol

@@ -8,7 +8,8 @@ import matplotlib.patches as patches
 import matplotlib.pyplot as plt
 import torch
 
-from . import masks, plots
+from ..reference import masks
+from . import plots
 
 __all__ = ["online_softmax_states", "draw_online_step", "online_softmax_figure", "online_softmax_stepper",
            "mask_explorer", "mask_explorer_figure", "draw_flash_step", "flash_figure", "flash_stepper"]

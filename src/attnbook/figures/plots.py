@@ -4,7 +4,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import torch
 
-from . import masks
+from ..reference import masks
 
 __all__ = ["draw_mask", "mask_gallery", "plot_metric", "plot_times", "plot_pct_peak", "plot_memory",
            "plot_speedups", "plot_sweep"]

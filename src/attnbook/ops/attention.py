@@ -10,8 +10,8 @@ import math
 
 import torch
 
-from . import masks
-from .build import package_module
+from ..reference import masks
+from ..toolchain.compile import package_module
 from .flash import flash_attention_fp32
 
 __all__ = ["attention", "Attention", "IMPLS"]

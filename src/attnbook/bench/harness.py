@@ -1,5 +1,5 @@
 """Benchmark harness: timing on the GPU, throughput against the device's peak, PyTorch baselines
-side by side, and the recorded results of ``book/results/<chapter>/<device>.json``.
+side by side, and the recorded results of ``bench/results/<chapter>/<device>.json``.
 
 Timings are CUDA-event intervals after warm-up, summarised by their median; the L2 cache is
 flushed before every repeat so that each one reads its inputs from device memory. Results are
@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 __all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_bytes",
-           "pytorch_attention", "Result", "measure", "save", "load", "results_dir"]
+           "pytorch_attention", "Result", "machine_record", "measure", "save", "load",
+           "results_dir", "run_or_load", "ratio"]
 
 # Datasheet peaks: fp32 on CUDA cores (TFLOP/s), dense fp16 on tensor cores (TFLOP/s), and
 # DRAM bandwidth (GB/s). Matched against torch's device name in this order (first hit wins).
@@ -202,14 +203,11 @@ def measure(impl: str, fn, case: dict, *, flops: float, bytes: float, peaks: dic
 
 
 def results_dir() -> pathlib.Path:
-    """``book/results``: ``$ATTNBOOK_RESULTS`` if set, else ``results/`` beside the running
-    notebook (notebooks run in ``book/``), else the checkout's ``book/results``."""
+    """Where recorded results live: ``$ATTNBOOK_RESULTS`` if set, else the package's own
+    ``bench/results`` (package data, so an installed wheel and a Colab reader find them)."""
     if os.environ.get("ATTNBOOK_RESULTS"):
         return pathlib.Path(os.environ["ATTNBOOK_RESULTS"])
-    here = pathlib.Path.cwd()
-    if here.name == "book":
-        return here / "results"
-    return here / "book" / "results"
+    return pathlib.Path(__file__).resolve().parent / "results"
 
 
 def _slug(name: str) -> str:
@@ -217,7 +215,7 @@ def _slug(name: str) -> str:
 
 
 def save(result: Result) -> pathlib.Path:
-    """Write ``result`` to ``book/results/<chapter>/<gpu>.json``. Only a result measured on this
+    """Write ``result`` to ``results_dir()/<chapter>/<gpu>.json``. Only a result measured on this
     machine's GPU may be saved."""
     _require_gpu("saving benchmark results")
     if result.machine.get("gpu") != torch.cuda.get_device_name():

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import math
 
-from . import masks
-from .build import default_backend, package_module
+from ..reference import masks
+from ..toolchain.compile import default_backend, package_module
 
 __all__ = ["flash_attention_fp32", "WRAPPER", "FLASH_FP32_HEAD_DIMS", "FLASH_FP32_TILES", "FLASH_FP32_SWEEP"]
 

@@ -1,0 +1,65 @@
+"""What ptxas says about a kernel: registers, spills, shared memory and stack per kernel,
+from an nvcc compile that needs no GPU."""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import tempfile
+
+from .compile import KERNEL_DIR, CompileError, _short_error, _source_name
+
+__all__ = ["ptxas_report", "find_nvcc"]
+
+
+def find_nvcc() -> str | None:
+    """Path of nvcc, or None where the CUDA toolkit is absent."""
+    from torch.utils.cpp_extension import CUDA_HOME
+    for cand in ([os.path.join(CUDA_HOME, "bin", "nvcc")] if CUDA_HOME else []) + \
+            [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]:
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+def ptxas_report(cuda: str, arch: str = "sm_80") -> dict:
+    """Compile ``cuda`` with nvcc for ``arch`` (compile only, no GPU needed) and return what
+    ptxas reports per kernel: ``{kernel: {"registers", "spill_stores", "spill_loads",
+    "shared_bytes", "stack_bytes"}}``. Raises CompileError if it does not compile."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise RuntimeError("ptxas_report needs nvcc (the CUDA toolkit), which this machine lacks")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = pathlib.Path(tmp) / _source_name(cuda)
+        src.write_text(cuda)
+        cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-std=c++17", "-Xptxas=-v",
+               f"-I{KERNEL_DIR}", "-o", os.devnull, str(src)]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise CompileError(f"nvcc -arch={arch} failed:\n{_short_error(run.stderr + run.stdout)}")
+    report, current = {}, None
+    for line in run.stderr.splitlines():
+        m = re.search(r"(?:Compiling entry function|Function properties for) '?(\w+)'?", line)
+        if m:
+            current = report.setdefault(_demangle(m.group(1)), {"shared_bytes": 0})
+            continue
+        if current is None:
+            continue
+        for key, pattern in [("stack_bytes", r"(\d+) bytes stack frame"),
+                             ("spill_stores", r"(\d+) bytes spill stores"),
+                             ("spill_loads", r"(\d+) bytes spill loads"),
+                             ("registers", r"Used (\d+) registers"),
+                             ("shared_bytes", r"(\d+) bytes smem")]:
+            m = re.search(pattern, line)
+            if m:
+                current[key] = int(m.group(1))
+    return {k: v for k, v in report.items() if "registers" in v}
+
+
+def _demangle(symbol: str) -> str:
+    filt = shutil.which("c++filt")
+    if not filt or not symbol.startswith("_Z"):
+        return symbol
+    return subprocess.run([filt, symbol], capture_output=True, text=True).stdout.strip() or symbol
