@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from . import harness as bench
-from ..ops.attention import _three_kernels, attention
+from ..ops.attention import attention, three_kernels
 from ..ops.flash import FLASH_FP32_SWEEP, flash_attention_fp32
 from ..ops.gemm import GEMM_STEPS, gemm
 from ..ops.softmax import SOFTMAX_KERNELS, softmax
@@ -99,9 +99,11 @@ def chapter05():
             attended = S / stride
             work = dict(flops=bench.attention_flops(B, H, S, attended, D, causal), bytes=bench.attention_bytes(B, H, S, S, D),
                         peaks=peaks)
-            args = (q, k, v, None, causal, D ** -0.5, stride, None, None, "cuda")
-            rows.append(bench.measure("tiled, gather", lambda a=args: _three_kernels("tiled", *a), case, **work))
-            rows.append(bench.measure("tiled, dense + mask", lambda a=args: _three_kernels("tiled", *a, gather=False),
+            opts = dict(is_causal=causal, stride=stride)
+            rows.append(bench.measure("tiled, gather", lambda o=opts: three_kernels(q, k, v, **o),
+                                      case, **work))
+            rows.append(bench.measure("tiled, dense + mask",
+                                      lambda o=opts: three_kernels(q, k, v, **o, gather=False),
                                       case, **work))
     return rows
 

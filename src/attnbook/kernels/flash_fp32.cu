@@ -1,7 +1,8 @@
 // Fused attention forward in fp32 (FlashAttention-2's schedule): softmax(q kᵀ · scale + mask) v
 // without ever storing the Sq x Sk score matrix.
 //
-// Grid: (ceil(Sq / Br), B * H). A block owns Br consecutive query rows of one (batch, head);
+// Grid: (ceil(Sq / Br), B·H) in launches of at most 65535 (batch, head) pairs (bh0 is the
+// first pair of a launch). A block owns Br consecutive query rows of one (batch, head);
 // thread r owns row r: its query and its output accumulator live in registers, with the row's
 // running max m and running sum l (the online softmax). K and V stream through shared memory in
 // tiles of Bc keys, so each key/value element is read from global memory once per block, not
@@ -14,38 +15,46 @@
 // (causal: none above the diagonal; window: none outside the band; key padding: none past the
 // length), and evaluates the mask per element only in tiles that are not entirely admitted
 // (for causal: the tiles that cross the diagonal).
+//
+// NaN and inf: a NaN or +inf score makes its row NaN (max_nan, and exp(inf - inf) = NaN), as in
+// SDPA; a key whose score is -inf (masked) is skipped, so its k and v are never used.
+#include <algorithm>
 #include <cmath>
 
+#include "layout.h"
 #include "mask.cuh"
+#include "softmax.cuh"   // max_nan
 
 template <int D, int Br, int Bc>
 __global__ void flash_fwd_fp32_kernel(const float* __restrict__ q, const float* __restrict__ k,
                                       const float* __restrict__ v, float* __restrict__ o,
-                                      float* __restrict__ lse, int H, int Hkv, int Sq, int Sk,
+                                      float* __restrict__ lse, Layout lq, Layout lk,
+                                      Layout lv, int bh0, int H, int Hkv, int Sq, int Sk,
                                       float scale, MaskParams mask) {
   __shared__ float Ks[Bc][D];
   __shared__ float Vs[Bc][D];
-  const int bh = blockIdx.y, b = bh / H, h = bh % H, hk = h / (H / Hkv);
+  const int bh = bh0 + blockIdx.y, b = bh / H, h = bh % H, hk = h / (H / Hkv);
   const int row_lo = blockIdx.x * Br, row_hi = min(Sq, row_lo + Br) - 1;
   const int row = row_lo + threadIdx.x;
   const bool active = row < Sq;
-  const float* kb = k + (size_t(b) * Hkv + hk) * Sk * D;
-  const float* vb = v + (size_t(b) * Hkv + hk) * Sk * D;
+  const float* qr_ = q + b * lq.b + h * lq.h + row * lq.s;
+  const float* kb = k + b * lk.b + hk * lk.h;
+  const float* vb = v + b * lv.b + hk * lv.h;
 
   float qr[D], acc[D];
   for (int d = 0; d < D; ++d) {
-    qr[d] = active ? q[((size_t(bh) * Sq) + row) * D + d] * scale : 0.f;
+    qr[d] = active ? qr_[d] * scale : 0.f;
     acc[d] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
 
-  int kv_begin, kv_end;   // the same for every thread of the block, so the barriers below match
+  int kv_begin, kv_end;   // the same for every thread of the block, so the barriers match
   admitted_key_range(mask, b, row_lo, row_hi, Sq, Sk, &kv_begin, &kv_end);
   for (int j0 = kv_begin; j0 < kv_end; j0 += Bc) {
     for (int idx = threadIdx.x; idx < Bc * D; idx += Br) {   // consecutive threads, consecutive d
       const int r = idx / D, d = idx % D, key = j0 + r;
-      Ks[r][d] = key < Sk ? kb[size_t(key) * D + d] : 0.f;
-      Vs[r][d] = key < Sk ? vb[size_t(key) * D + d] : 0.f;
+      Ks[r][d] = key < Sk ? kb[key * lk.s + d] : 0.f;
+      Vs[r][d] = key < Sk ? vb[key * lv.s + d] : 0.f;
     }
     __syncthreads();   // the tile is complete before anyone reads it
     if (active) {
@@ -54,14 +63,17 @@ __global__ void flash_fwd_fp32_kernel(const float* __restrict__ q, const float* 
       for (int jj = 0; jj < Bc; ++jj) {
         float dot = 0.f;
         for (int d = 0; d < D; ++d) dot += qr[d] * Ks[jj][d];
-        s[jj] = unmasked ? dot : (j0 + jj < Sk ? masked_score(mask, dot, b, h, row, j0 + jj, Sq, Sk) : -INFINITY);
-        m_new = fmaxf(m_new, s[jj]);
+        const int j = j0 + jj;
+        s[jj] = unmasked ? dot
+                         : (j < Sk ? masked_score(mask, dot, b, h, row, j, Sq, Sk) : -INFINITY);
+        m_new = max_nan(m_new, s[jj]);
       }
       if (m_new != -INFINITY) {        // otherwise every key so far is masked: nothing to add
         const float alpha = __expf(m - m_new);   // 0 on the first admissible tile (m = -inf)
         l *= alpha;
         for (int d = 0; d < D; ++d) acc[d] *= alpha;
         for (int jj = 0; jj < Bc; ++jj) {
+          if (s[jj] == -INFINITY) continue;      // masked: its value takes no part, not even 0·v
           const float p = __expf(s[jj] - m_new);
           l += p;
           for (int d = 0; d < D; ++d) acc[d] += p * Vs[jj][d];
@@ -72,28 +84,35 @@ __global__ void flash_fwd_fp32_kernel(const float* __restrict__ q, const float* 
     __syncthreads();   // everyone is done with the tile before the next load overwrites it
   }
   if (active) {
-    const float inv = l > 0.f ? 1.f / l : 0.f;   // a row with no admissible key outputs zeros
+    const float inv = l == 0.f ? 0.f : 1.f / l;   // a row with no admissible key outputs zeros
     for (int d = 0; d < D; ++d) o[((size_t(bh) * Sq) + row) * D + d] = acc[d] * inv;
-    lse[size_t(bh) * Sq + row] = l > 0.f ? m + logf(l) : -INFINITY;
+    lse[size_t(bh) * Sq + row] = l == 0.f ? -INFINITY : m + logf(l);
   }
 }
 
+// o: contiguous [B, H, Sq, D]; lse: contiguous [B, H, Sq].
 template <int D, int Br, int Bc>
-static void launch(const float* q, const float* k, const float* v, float* o, float* lse, int B, int H,
-                   int Hkv, int Sq, int Sk, float scale, const MaskParams& mask, cudaStream_t stream) {
-  dim3 grid((Sq + Br - 1) / Br, B * H);
-  flash_fwd_fp32_kernel<D, Br, Bc><<<grid, Br, 0, stream>>>(q, k, v, o, lse, H, Hkv, Sq, Sk, scale, mask);
+static void launch(const float* q, const float* k, const float* v, float* o, float* lse,
+                   const Layout& lq, const Layout& lk, const Layout& lv, int B, int H, int Hkv,
+                   int Sq, int Sk, float scale, const MaskParams& mask, cudaStream_t stream) {
+  const long long BH = (long long)B * H;
+  for (long long bh0 = 0; bh0 < BH; bh0 += 65535) {   // gridDim.y is at most 65535
+    const dim3 grid((Sq + Br - 1) / Br, unsigned(std::min(BH - bh0, 65535ll)));
+    flash_fwd_fp32_kernel<D, Br, Bc><<<grid, Br, 0, stream>>>(
+        q, k, v, o, lse, lq, lk, lv, int(bh0), H, Hkv, Sq, Sk, scale, mask);
+  }
 }
 
 // The compiled (D, Br, Bc) configurations: Br = 64, Bc = 32 for every head dimension, and the
 // tile sweep of chapter 7 at D = 64. Returns false for any other configuration.
-bool flash_fwd_fp32(const float* q, const float* k, const float* v, float* o, float* lse, int B,
-                    int H, int Hkv, int Sq, int Sk, int D, int Br, int Bc, float scale,
+bool flash_fwd_fp32(const float* q, const float* k, const float* v, float* o, float* lse,
+                    const Layout& lq, const Layout& lk, const Layout& lv, int B, int H,
+                    int Hkv, int Sq, int Sk, int D, int Br, int Bc, float scale,
                     const MaskParams& mask, cudaStream_t stream) {
-#define ATTNBOOK_FLASH_CONFIG(d, br, bc)                                                        \
-  if (D == d && Br == br && Bc == bc) {                                                         \
-    launch<d, br, bc>(q, k, v, o, lse, B, H, Hkv, Sq, Sk, scale, mask, stream);                \
-    return true;                                                                                \
+#define ATTNBOOK_FLASH_CONFIG(d, br, bc)                                                  \
+  if (D == d && Br == br && Bc == bc) {                                                   \
+    launch<d, br, bc>(q, k, v, o, lse, lq, lk, lv, B, H, Hkv, Sq, Sk, scale, mask, stream); \
+    return true;                                                                          \
   }
   ATTNBOOK_FLASH_CONFIG(32, 64, 32)
   ATTNBOOK_FLASH_CONFIG(64, 64, 32)

@@ -6,6 +6,7 @@
 // Batch z of C reads batch z of A and batch z / group of B: with z = b·H + h and group = H/Hkv
 // that is head h / group of batch b, so grouped-query attention needs no copies either.
 #pragma once
+#include <algorithm>
 
 struct Gemm {
   const float* a;
@@ -138,22 +139,20 @@ inline bool gemm_vectorisable(const Gemm& g) {
          g.batch_a % 4 == 0 && g.batch_b % 4 == 0 && aligned(g.a) && aligned(g.b);
 }
 
-// step: 1 naive, 2 shared-memory tiles, 3 register blocking, 4 register blocking + float4 loads
-// (step 3's loads where float4 is not legal). Returns false for an unknown step.
+// One launch of a problem within CUDA's grid limits (see gemm_launch).
 template <bool B_T>
-inline bool gemm_launch(const Gemm& g, int batch, int step, cudaStream_t stream) {
-  if (batch == 0 || g.M == 0 || g.N == 0) return step >= 1 && step <= 4;
+inline void gemm_launch_part(const Gemm& g, int batch, int step, cudaStream_t stream) {
   switch (step) {
     case 1: {
       const dim3 block(16, 16), grid((g.N + 15) / 16, (g.M + 15) / 16, batch);
       gemm_naive<B_T><<<grid, block, 0, stream>>>(g);
-      return true;
+      return;
     }
     case 2: {
       constexpr int T = 16;
       const dim3 grid((g.N + T - 1) / T, (g.M + T - 1) / T, batch);
       gemm_smem<B_T, T><<<grid, dim3(T, T), 0, stream>>>(g);
-      return true;
+      return;
     }
     case 3:
     case 4: {
@@ -162,9 +161,31 @@ inline bool gemm_launch(const Gemm& g, int batch, int step, cudaStream_t stream)
         gemm_regblock<B_T, true><<<grid, RB_THREADS, 0, stream>>>(g);
       else
         gemm_regblock<B_T, false><<<grid, RB_THREADS, 0, stream>>>(g);
-      return true;
+      return;
     }
-    default:
-      return false;
   }
+}
+
+// step: 1 naive, 2 shared-memory tiles, 3 register blocking, 4 register blocking + float4
+// loads (step 3's loads where float4 is not legal). Returns false for an unknown step.
+// gridDim.y and gridDim.z are at most 65535, so a larger problem runs as several launches,
+// each on a slice of rows and of batches; a slice holds whole groups of batches, so that
+// batch z still reads batch z / group of B.
+template <bool B_T>
+inline bool gemm_launch(const Gemm& g, int batch, int step, cudaStream_t stream) {
+  if (step < 1 || step > 4) return false;
+  if (batch == 0 || g.M == 0 || g.N == 0) return true;
+  const long long max_batch = 65535 - 65535 % g.group;
+  const long long max_rows = 65535ll * (step <= 2 ? 16 : RB_M);
+  for (long long z0 = 0; z0 < batch; z0 += max_batch)
+    for (long long m0 = 0; m0 < g.M; m0 += max_rows) {
+      Gemm part = g;
+      part.a += z0 * g.batch_a + m0 * g.lda;
+      part.b += z0 / g.group * g.batch_b;
+      part.c += z0 * g.batch_c + m0 * g.ldc;
+      part.M = int(std::min<long long>(g.M - m0, max_rows));
+      gemm_launch_part<B_T>(part, int(std::min<long long>(batch - z0, max_batch)), step,
+                            stream);
+    }
+  return true;
 }

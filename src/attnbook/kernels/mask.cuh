@@ -13,11 +13,16 @@ __device__ __forceinline__ bool admitted(const MaskParams& m, int b, int i, int 
   return true;
 }
 
-// The score after masking: -inf where not admitted, plus the additive mask where present.
-__device__ __forceinline__ float masked_score(const MaskParams& m, float s, int b, int h, int i, int j,
-                                              int Sq, int Sk) {
+// The score after masking: -inf where not admitted or where the additive mask is -inf, so a
+// masked key never contributes, whatever its dot product (NaN or inf in k included); otherwise
+// the score plus the additive mask, NaN and +inf propagating as in PyTorch.
+__device__ __forceinline__ float masked_score(const MaskParams& m, float s, int b, int h,
+                                              int i, int j, int Sq, int Sk) {
   if (!admitted(m, b, i, j, Sq, Sk)) return -INFINITY;
-  if (m.bias) s += m.bias[b * m.bs0 + h * m.bs1 + i * m.bs2 + j * m.bs3];
+  if (m.bias) {
+    const float bias = m.bias[b * m.bs0 + h * m.bs1 + i * m.bs2 + j * m.bs3];
+    s = bias == -INFINITY ? -INFINITY : s + bias;
+  }
   return s;
 }
 

@@ -4,11 +4,21 @@
 // shared among threads, and in how many times x is read: three times by the first four kernels
 // (max, sum, write), twice by the online one (max and sum together, then write).
 //
-// A row whose entries are all −inf (a query with no admissible key) becomes all zeros. x and y
-// may be the same buffer: a thread writes y[j] only after the row's reductions and only for the
-// j it has just read.
+// A row whose entries are all −inf (a query with no admissible key) becomes all zeros; a row
+// holding NaN or +inf becomes NaN, as in torch.softmax. x and y may be the same buffer: a
+// thread writes y[j] only after the row's reductions and only for the j it has just read.
 #pragma once
 #include <cmath>
+
+// The max of a row must see a NaN: fmaxf(a, NaN) = a would drop it and leave a finite row.
+// This max returns NaN if either operand is NaN, as torch.max does.
+__device__ __forceinline__ float max_nan(float a, float b) { return a > b || a != a ? a : b; }
+
+// y = e^(x - m) / l, with the empty row (l = 0, every x = -inf) as zeros. NaN in l or m (a
+// NaN or +inf in the row) gives NaN.
+__device__ __forceinline__ float normalized(float x, float m, float l) {
+  return l == 0.f ? 0.f : expf(x - m) / l;
+}
 
 // One thread per row: simple, but a row is read by one thread only, so a block's neighbouring
 // threads read addresses n floats apart (no coalescing) and rows < a few thousand leave the GPU
@@ -19,10 +29,10 @@ __global__ void softmax_rows_naive(const float* x, float* y, int rows, int n) {
   const float* xr = x + size_t(r) * n;
   float* yr = y + size_t(r) * n;
   float m = -INFINITY;
-  for (int j = 0; j < n; ++j) m = fmaxf(m, xr[j]);
+  for (int j = 0; j < n; ++j) m = max_nan(m, xr[j]);
   float l = 0.f;
   for (int j = 0; j < n; ++j) l += m == -INFINITY ? 0.f : expf(xr[j] - m);
-  for (int j = 0; j < n; ++j) yr[j] = l > 0.f ? expf(xr[j] - m) / l : 0.f;
+  for (int j = 0; j < n; ++j) yr[j] = normalized(xr[j], m, l);
 }
 
 // One block per row, reductions as a tree in shared memory. Threads stride the row together
@@ -36,11 +46,11 @@ __global__ void softmax_block_tree(const float* x, float* y, int n) {
   const int t = threadIdx.x;
 
   float v = -INFINITY;
-  for (int j = t; j < n; j += BLOCK) v = fmaxf(v, xr[j]);
+  for (int j = t; j < n; j += BLOCK) v = max_nan(v, xr[j]);
   buf[t] = v;
   __syncthreads();
   for (int s = BLOCK / 2; s > 0; s /= 2) {
-    if (t < s) buf[t] = fmaxf(buf[t], buf[t + s]);
+    if (t < s) buf[t] = max_nan(buf[t], buf[t + s]);
     __syncthreads();   // step s reads what step 2s wrote
   }
   const float m = buf[0];
@@ -56,13 +66,13 @@ __global__ void softmax_block_tree(const float* x, float* y, int n) {
     __syncthreads();
   }
   const float l = buf[0];
-  for (int j = t; j < n; j += BLOCK) yr[j] = l > 0.f ? expf(xr[j] - m) / l : 0.f;
+  for (int j = t; j < n; j += BLOCK) yr[j] = normalized(xr[j], m, l);
 }
 
 // Reductions inside a warp need neither shared memory nor barriers: __shfl_xor_sync hands each
 // lane the value of lane ^ offset, and after offsets 16, 8, 4, 2, 1 every lane holds the result.
 __device__ __forceinline__ float warp_max(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = 16; offset > 0; offset /= 2) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 __device__ __forceinline__ float warp_sum(float v) {
@@ -77,13 +87,13 @@ __global__ void softmax_warp(const float* x, float* y, int rows, int n) {
   const float* xr = x + size_t(r) * n;
   float* yr = y + size_t(r) * n;
   float m = -INFINITY;
-  for (int j = lane; j < n; j += 32) m = fmaxf(m, xr[j]);
+  for (int j = lane; j < n; j += 32) m = max_nan(m, xr[j]);
   m = warp_max(m);
   float l = 0.f;
   if (m != -INFINITY)
     for (int j = lane; j < n; j += 32) l += expf(xr[j] - m);
   l = warp_sum(l);
-  for (int j = lane; j < n; j += 32) yr[j] = l > 0.f ? expf(xr[j] - m) / l : 0.f;
+  for (int j = lane; j < n; j += 32) yr[j] = normalized(xr[j], m, l);
 }
 
 // A block-wide reduction built from warp reductions: each warp reduces its 32 values by
@@ -108,13 +118,13 @@ __global__ void softmax_block_warps(const float* x, float* y, int n) {
   const float* xr = x + size_t(blockIdx.x) * n;
   float* yr = y + size_t(blockIdx.x) * n;
   float m = -INFINITY;
-  for (int j = threadIdx.x; j < n; j += BLOCK) m = fmaxf(m, xr[j]);
-  m = block_reduce<BLOCK>(m, scratch, [](float v) { return warp_max(v); }, [](float a, float b) { return fmaxf(a, b); });
+  for (int j = threadIdx.x; j < n; j += BLOCK) m = max_nan(m, xr[j]);
+  m = block_reduce<BLOCK>(m, scratch, [](float v) { return warp_max(v); }, [](float a, float b) { return max_nan(a, b); });
   float l = 0.f;
   if (m != -INFINITY)
     for (int j = threadIdx.x; j < n; j += BLOCK) l += expf(xr[j] - m);
   l = block_reduce<BLOCK>(l, scratch, [](float v) { return warp_sum(v); }, [](float a, float b) { return a + b; });
-  for (int j = threadIdx.x; j < n; j += BLOCK) yr[j] = l > 0.f ? expf(xr[j] - m) / l : 0.f;
+  for (int j = threadIdx.x; j < n; j += BLOCK) yr[j] = normalized(xr[j], m, l);
 }
 
 // The online softmax state of a set of scores: m = their max, l = Σ exp(x − m).
@@ -126,7 +136,7 @@ struct MaxSum {
 // side (m = −inf, l = 0) leaves the other unchanged. Associative and commutative, so partial
 // states may be merged in any grouping: per thread, then across a warp, then across warps.
 __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
-  const float m = fmaxf(a.m, b.m);
+  const float m = max_nan(a.m, b.m);
   if (m == -INFINITY) return {m, 0.f};
   return {m, a.l * expf(a.m - m) + b.l * expf(b.m - m)};
 }
@@ -146,7 +156,7 @@ __global__ void softmax_online(const float* x, float* y, int n) {
   MaxSum s{-INFINITY, 0.f};
   for (int j = threadIdx.x; j < n; j += BLOCK) s = merge(s, {xr[j], 1.f});   // one element: (x, 1)
   s = block_reduce<BLOCK>(s, scratch, [](MaxSum v) { return warp_merge(v); }, [](MaxSum a, MaxSum b) { return merge(a, b); });
-  for (int j = threadIdx.x; j < n; j += BLOCK) yr[j] = s.l > 0.f ? expf(xr[j] - s.m) / s.l : 0.f;
+  for (int j = threadIdx.x; j < n; j += BLOCK) yr[j] = normalized(xr[j], s.m, s.l);
 }
 
 // Host side: the kernel the book uses for attention (online, 256 threads per row).

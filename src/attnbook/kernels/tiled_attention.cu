@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "gemm.cuh"
+#include "layout.h"
 #include "mask.cuh"
 #include "softmax.cuh"
 
@@ -26,9 +27,12 @@ __global__ void scale_mask(float* s, int H, int Sq, int Sk, int Sc, int key_step
   }
 }
 
-// s: workspace of B·H·Sq·ceil(Sk/key_step) floats; key_step = 1 for the dense path.
-void attention_tiled(const float* q, const float* k, const float* v, float* s, float* o, int B, int H,
-                     int Hkv, int Sq, int Sk, int D, float scale, MaskParams mask, int key_step,
+// s: workspace of B·H·Sq·ceil(Sk/key_step) floats; key_step = 1 for the dense path. q, k, v
+// and o are contiguous: a GEMM batch is one distance apart in memory, so the caller copies
+// other layouts (the Layout arguments serve the naive path, which shares this signature).
+void attention_tiled(const float* q, const float* k, const float* v, float* s, float* o,
+                     const Layout&, const Layout&, const Layout&, int B, int H, int Hkv,
+                     int Sq, int Sk, int D, float scale, MaskParams mask, int key_step,
                      cudaStream_t stream) {
   const int Sc = (Sk + key_step - 1) / key_step, BH = B * H, group = H / Hkv;
   const Gemm qk{q, k, s, Sq, Sc, D, D, D * key_step, Sc,

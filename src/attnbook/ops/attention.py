@@ -1,124 +1,153 @@
-"""``attnbook.attention``: the book's kernels behind the signature of
+"""``attnbook.attention``: the book's kernels behind the contract of
 ``torch.nn.functional.scaled_dot_product_attention``.
 
-Every input is checked before anything is launched. Tensors on a CUDA device run the CUDA
-kernels; tensors on the CPU run the same kernels on the emulator.
+Every input is checked (:mod:`.checks`) before anything is launched. Tensors on a CUDA
+device run the CUDA kernels on that device; tensors on the CPU run the same kernels on the
+emulator. The kernels are registered ops (``torch.ops.attnbook.*``) with fake
+implementations, so ``torch.compile(ab.attention, fullgraph=True)``, meta tensors,
+``torch.jit.trace`` and ``torch.export`` see one opaque op per call.
 """
 from __future__ import annotations
 
-import math
+from typing import Optional
 
 import torch
 
-from ..reference import masks
 from ..toolchain.compile import package_module
-from .flash import flash_attention_fp32
+from .checks import INT32_MAX, attention_args
+from .flash import check_flash_config, flash_forward
+from .wrappers import ATTENTION_CPP
 
-__all__ = ["attention", "Attention", "IMPLS"]
+__all__ = ["attention", "Attention", "IMPLS", "three_kernels", "three_kernel_forward"]
 
 IMPLS = ("flash", "tiled", "naive")
 
 # The three-kernel paths share a signature: the launcher gets a workspace for the scores.
-_SCORES_WRAPPER = masks.MASK_PARAMS_CPP + r"""
-void LAUNCHER(const float*, const float*, const float*, float*, float*, int, int, int, int, int, int,
-              float, MaskParams, int, cudaStream_t);
+_SCORES_WRAPPER = ATTENTION_CPP + r"""
+void LAUNCHER(const float*, const float*, const float*, float*, float*, const Layout&,
+              const Layout&, const Layout&, int, int, int, int, int, int, float, MaskParams,
+              int, cudaStream_t);
 
-at::Tensor forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor bias, at::Tensor lengths,
-                   bool causal, int64_t stride, int64_t window, double scale, int64_t key_step) {
-  attnbook::check_tensor(q, "q", at::kFloat);
-  attnbook::check_tensor(k, "k", at::kFloat);
-  attnbook::check_tensor(v, "v", at::kFloat);
-  const int B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
-  TORCH_CHECK(key_step >= 1, "key_step must be positive");
-  at::Tensor o = q.new_empty(q.sizes());
+at::Tensor forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor bias,
+                   at::Tensor lengths, bool causal, int64_t stride, int64_t window,
+                   double scale, int64_t key_step) {
+  const Layout lq = layout_of(q, "q"), lk = layout_of(k, "k"), lv = layout_of(v, "v");
+  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3),
+              "k and v must be [B, Hkv, Sk, D] with q's B and D");
+  const int64_t B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), Sk = k.size(2);
+  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, "query heads must be a multiple of key/value heads");
+  TORCH_CHECK(key_step >= 1 && key_step <= INT32_MAX, "key_step must be positive");
+  const int64_t Sc = (Sk + key_step - 1) / key_step;
+  TORCH_CHECK(B * H * Sq <= INT32_MAX && Sc * D * key_step <= INT32_MAX,
+              "B·H·Sq and Sk·D must be below 2^31 for the three-kernel paths");
+  const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
+  attnbook::DeviceGuard guard(q);
+  at::Tensor o = q.new_empty({B, H, Sq, D});
   if (o.numel() == 0) return o;
-  at::Tensor s = q.new_empty({B, H, Sq, (Sk + key_step - 1) / key_step});
+  if (Sk == 0) return o.zero_();   // every row is empty
+  at::Tensor s = q.new_empty({B, H, Sq, Sc});
   LAUNCHER(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), s.data_ptr<float>(),
-           o.data_ptr<float>(), B, H, Hkv, Sq, Sk, D, float(scale),
-           mask_params(bias, lengths, causal, stride, window), int(key_step), attnbook::stream());
+           o.data_ptr<float>(), lq, lk, lv, int(B), int(H), int(Hkv), int(Sq), int(Sk), int(D),
+           float(scale), mask, int(key_step), attnbook::stream());
   attnbook::check_launch();
   return o;
 }
 """
 
 
-def _check(q, k, v, attn_mask, key_lengths, stride, window):
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be 4-D [B, H, S, D], got shape {tuple(t.shape)}")
-        if t.dtype != torch.float32:
-            raise TypeError(f"{name} must be float32, got {t.dtype}")
-        if t.device != q.device:
-            raise ValueError(f"q, k, v must be on one device: {name} is on {t.device}, q on {q.device}")
-        if not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous (call .contiguous() first)")
-    if q.device.type not in ("cuda", "cpu"):
-        raise ValueError(f"tensors must be on a CUDA device (or the CPU for the emulator), got {q.device}")
-    b, h, _, d = q.shape
-    if k.shape != v.shape or k.shape[0] != b or k.shape[3] != d:
-        raise ValueError(f"k and v must both be [B, Hkv, Sk, D] with q's B={b} and D={d}; "
-                         f"got k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if h % k.shape[1]:
-        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({k.shape[1]})")
-    if attn_mask is not None:
-        if not isinstance(attn_mask, torch.Tensor):
-            raise TypeError("attn_mask must be a tensor")
-        masks.check_attn_mask(attn_mask, b, h, q.shape[2], k.shape[2])
-        if attn_mask.device != q.device:
-            raise ValueError(f"attn_mask is on {attn_mask.device}, q on {q.device}")
-    if key_lengths is not None:
-        if not isinstance(key_lengths, torch.Tensor) or key_lengths.shape != (b,) or key_lengths.is_floating_point():
-            raise ValueError(f"key_lengths must be an integer tensor of shape [B] = [{b}]")
-        if key_lengths.device != q.device:
-            raise ValueError(f"key_lengths is on {key_lengths.device}, q on {q.device}")
-    for name, val in (("stride", stride), ("window", window)):
-        if val is not None and (not isinstance(val, int) or isinstance(val, bool) or val < 1):
-            raise ValueError(f"{name} must be a positive int, got {val!r}")
+@torch.library.custom_op("attnbook::three_kernel_forward", mutates_args=())
+def three_kernel_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         bias: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor],
+                         causal: bool, stride: int, window: int, scale: float, impl: str,
+                         key_step: int) -> torch.Tensor:
+    """The naive or tiled path on checked inputs: scores, softmax and P·V as three kernels,
+    the scores in a [B, H, Sq, ceil(Sk / key_step)] workspace. Returns o [B, H, Sq, D]."""
+    backend = "cuda" if q.device.type == "cuda" else "emulator"
+    module = package_module(f"{impl}_attention", f"{impl}_attention.cu",
+                            _SCORES_WRAPPER.replace("LAUNCHER", f"attention_{impl}"),
+                            ["forward"], backend)
+    none = q.new_empty(0)
+    return module.forward(q, k, v, none if bias is None else bias,
+                          none if key_lengths is None else key_lengths, causal, stride,
+                          window, scale, key_step)
 
 
-def attention(q, k, v, attn_mask=None, is_causal=False, scale=None, *, stride=None, window=None,
-              key_lengths=None, impl="flash"):
-    """softmax(q kᵀ · scale + mask) v by the book's kernels.
+@three_kernel_forward.register_fake
+def _(q, k, v, bias, key_lengths, causal, stride, window, scale, impl, key_step):
+    return q.new_empty(q.shape)
 
-    q: [B, H, Sq, D], k and v: [B, Hkv, Sk, D] (H a multiple of Hkv), float32, contiguous, on a
-    CUDA device (or the CPU, run by the emulator). ``attn_mask`` (bool, True = attend, or
-    additive float) broadcasts over [B, H, Sq, Sk]; ``is_causal`` aligns bottom-right when
-    Sq != Sk (unlike SDPA's top-left); ``stride``, ``window``, ``key_lengths``: see
-    :mod:`attnbook.masks`. A query with no admissible key returns zeros.
+
+def _three_kernel_path(a, impl, gather=True):
+    b, h, sq, d = a.q.shape
+    if b * h * sq > INT32_MAX or a.k.shape[2] * d > INT32_MAX:
+        raise ValueError(f"impl={impl!r} keeps B·H·Sq = {b * h * sq} and Sk·D = "
+                         f"{a.k.shape[2] * d} below 2^31; impl='flash' has no such limit")
+    qkv = (a.q, a.k, a.v)
+    if impl == "tiled":   # the GEMMs take one distance between batches: contiguous operands
+        qkv = tuple(t.contiguous() for t in qkv)
+    key_step = a.stride if impl == "tiled" and a.stride and gather else 1
+    o = three_kernel_forward(*qkv, a.bias, a.key_lengths, a.causal, a.stride, a.window,
+                             a.scale, impl, key_step)
+    return a.output(o)
+
+
+def three_kernels(q, k, v, attn_mask=None, is_causal=False, scale=None, *, stride=None,
+                  window=None, key_lengths=None, impl="tiled", gather=True):
+    """The naive or tiled path of :func:`attention`. The tiled path computes strided
+    attention on the attended keys only (``gather``); ``gather=False`` computes every score
+    and masks, for comparison (chapter 5)."""
+    if impl not in ("naive", "tiled"):
+        raise ValueError(f"impl must be 'naive' or 'tiled', got {impl!r}")
+    a = attention_args(q, k, v, attn_mask, 0.0, is_causal, scale, stride=stride,
+                       window=window, key_lengths=key_lengths)
+    return _three_kernel_path(a, impl, gather)
+
+
+def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False, *, stride=None, window=None, key_lengths=None, impl="flash"):
+    """softmax(q kᵀ · scale + mask) v by the book's kernels, with the signature and the values
+    of ``torch.nn.functional.scaled_dot_product_attention``.
+
+    q: [*batch, H, Sq, D]; k, v: [*batch, Hkv, Sk, D] with H a multiple of Hkv (grouped heads
+    are accepted with or without ``enable_gqa``); any strides; float32 (float16/bfloat16:
+    chapter 8); on a CUDA device, or on the CPU where the emulator runs the kernels.
+    ``attn_mask``: bool (True = attend) or additive float, broadcast to [*batch, H, Sq, Sk].
+    ``dropout_p`` must be 0. The book's masks: ``stride`` (keys j % stride == 0), ``window``
+    (|i + Sk − Sq − j| < window), ``key_lengths`` ([B] integers: keys j < L[b]; clamped to
+    [0, Sk]); ``impl``: "flash" (chapter 7), "tiled" (chapters 4–5) or "naive" (chapter 2).
+
+    Differences from SDPA, on purpose: ``is_causal`` aligns bottom-right when Sq ≠ Sk; a row
+    with no admissible key gives zeros; a masked key is absent — NaN or inf in its k (every
+    path) or its v (impl="flash") does not reach the output, where SDPA's math path turns it
+    into NaN through 0·NaN. NaN and ±inf anywhere else propagate as in SDPA.
     """
-    _check(q, k, v, attn_mask, key_lengths, stride, window)
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
-    d = q.shape[3]
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    backend = "cuda" if q.device.type == "cuda" else "emulator"
-    if impl == "flash":
-        return flash_attention_fp32(q, k, v, causal=is_causal, scale=scale, attn_mask=attn_mask, stride=stride,
-                                    window=window, key_lengths=key_lengths, backend=backend)
-    return _three_kernels(impl, q, k, v, attn_mask, is_causal, scale, stride, window, key_lengths, backend)
-
-
-def _three_kernels(impl, q, k, v, attn_mask, is_causal, scale, stride, window, key_lengths, backend,
-                   gather=True):
-    """The naive or tiled path. The tiled path computes strided attention on the attended keys
-    only (``gather``); ``gather=False`` computes every score and masks, for comparison."""
-    bias, lengths = masks.kernel_tensors(q, k, attn_mask, key_lengths)
-    key_step = stride if impl == "tiled" and stride and gather else 1
-    launcher = f"attention_{impl}"
-    module = package_module(f"{impl}_attention", f"{impl}_attention.cu",
-                            _SCORES_WRAPPER.replace("LAUNCHER", launcher), ["forward"], backend)
-    return module.forward(q, k, v, bias, lengths, bool(is_causal), stride or 0, window or 0, scale, key_step)
+    if not isinstance(enable_gqa, bool):
+        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}")
+    a = attention_args(q, k, v, attn_mask, dropout_p, is_causal, scale, stride=stride,
+                       window=window, key_lengths=key_lengths)
+    if impl != "flash":
+        return _three_kernel_path(a, impl)
+    if a.q.numel() == 0:
+        return q.new_zeros(a.out_shape)
+    tiles = check_flash_config(a.q.shape[-1])
+    o, _ = flash_forward(a.q, a.k, a.v, a.bias, a.key_lengths, a.causal, a.stride, a.window,
+                         a.scale, *tiles)
+    return a.output(o)
 
 
 class Attention(torch.nn.Module):
-    """Multi-head attention over [B, H, S, D] tensors with a fixed implementation and mask."""
+    """Multi-head attention over [*batch, H, S, D] tensors with a fixed implementation and
+    mask."""
 
     def __init__(self, impl="flash", is_causal=False, scale=None, stride=None, window=None):
         super().__init__()
-        self.impl, self.is_causal, self.scale, self.stride, self.window = impl, is_causal, scale, stride, window
+        self.impl, self.is_causal, self.scale = impl, is_causal, scale
+        self.stride, self.window = stride, window
 
     def forward(self, q, k, v, attn_mask=None, key_lengths=None):
-        return attention(q, k, v, attn_mask, self.is_causal, self.scale, stride=self.stride,
-                         window=self.window, key_lengths=key_lengths, impl=self.impl)
+        return attention(q, k, v, attn_mask, 0.0, self.is_causal, self.scale,
+                         stride=self.stride, window=self.window, key_lengths=key_lengths,
+                         impl=self.impl)

@@ -1,39 +1,49 @@
-"""The fused fp32 attention kernel of ``kernels/flash_fp32.cu``, callable from Python."""
+"""The fused fp32 attention kernel of ``kernels/flash_fp32.cu`` as the registered op
+``torch.ops.attnbook.flash_forward``, and its Python entry point."""
 from __future__ import annotations
 
-import math
+from typing import Optional
 
-from ..reference import masks
-from ..toolchain.compile import default_backend, package_module
+import torch
 
-__all__ = ["flash_attention_fp32", "WRAPPER", "FLASH_FP32_HEAD_DIMS", "FLASH_FP32_TILES", "FLASH_FP32_SWEEP"]
+from ..toolchain.compile import package_module
+from .checks import attention_args
+from .wrappers import ATTENTION_CPP
+
+__all__ = ["flash_attention_fp32", "flash_forward", "check_flash_config", "WRAPPER",
+           "FLASH_FP32_HEAD_DIMS", "FLASH_FP32_TILES", "FLASH_FP32_SWEEP"]
 
 FLASH_FP32_HEAD_DIMS = (32, 64, 96, 128)
 FLASH_FP32_TILES = (64, 32)   # (Br, Bc) compiled for every head dimension
 # (Br, Bc) compiled at head_dim 64 for chapter 7's sweep.
 FLASH_FP32_SWEEP = tuple((br, bc) for br in (32, 64, 128) for bc in (16, 32, 64))
 
-WRAPPER = masks.MASK_PARAMS_CPP + r"""
-bool flash_fwd_fp32(const float*, const float*, const float*, float*, float*, int, int, int, int,
-                    int, int, int, int, float, const MaskParams&, cudaStream_t);
+WRAPPER = ATTENTION_CPP + r"""
+bool flash_fwd_fp32(const float*, const float*, const float*, float*, float*, const Layout&,
+                    const Layout&, const Layout&, int, int, int, int, int, int, int, int,
+                    float, const MaskParams&, cudaStream_t);
 
-std::vector<at::Tensor> flash_forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor bias,
-                                      at::Tensor lengths, bool causal, int64_t stride, int64_t window,
-                                      double scale, int64_t block_q, int64_t block_k) {
-  attnbook::check_tensor(q, "q", at::kFloat);
-  attnbook::check_tensor(k, "k", at::kFloat);
-  attnbook::check_tensor(v, "v", at::kFloat);
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "q, k, v must be [B, H, S, D]");
+// o: a new contiguous [B, H, Sq, D]; lse: a new [B, H, Sq] (-inf where no key is admitted).
+std::vector<at::Tensor> flash_forward(at::Tensor q, at::Tensor k, at::Tensor v,
+                                      at::Tensor bias, at::Tensor lengths, bool causal,
+                                      int64_t stride, int64_t window, double scale,
+                                      int64_t block_q, int64_t block_k) {
+  const Layout lq = layout_of(q, "q"), lk = layout_of(k, "k"), lv = layout_of(v, "v");
   TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3),
               "k and v must be [B, Hkv, Sk, D] with q's B and D");
-  TORCH_CHECK(q.size(1) % k.size(1) == 0, "query heads must be a multiple of key/value heads");
-  const int B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3), Hkv = k.size(1), Sk = k.size(2);
-  at::Tensor o = q.new_empty(q.sizes()), lse = q.new_empty({B, H, Sq});
-  if (o.numel() == 0) return {o, lse};
+  const int64_t B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), Sk = k.size(2);
+  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, "query heads must be a multiple of key/value heads");
+  TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX,
+              "B·H, Sq and Sk must be below 2^31");
+  const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
+  attnbook::DeviceGuard guard(q);
+  at::Tensor o = q.new_empty({B, H, Sq, D}), lse = q.new_empty({B, H, Sq});
+  if (o.numel() == 0) return {o, lse.fill_(-INFINITY)};
   TORCH_CHECK(flash_fwd_fp32(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-                             o.data_ptr<float>(), lse.data_ptr<float>(), B, H, Hkv, Sq, Sk, D,
-                             int(block_q), int(block_k), float(scale),
-                             mask_params(bias, lengths, causal, stride, window), attnbook::stream()),
+                             o.data_ptr<float>(), lse.data_ptr<float>(), lq, lk, lv, int(B),
+                             int(H), int(Hkv), int(Sq), int(Sk), int(D), int(block_q),
+                             int(block_k), float(scale), mask, attnbook::stream()),
               "head_dim ", D, " with tiles ", block_q, "x", block_k, " is not compiled");
   attnbook::check_launch();
   return {o, lse};
@@ -41,26 +51,55 @@ std::vector<at::Tensor> flash_forward(at::Tensor q, at::Tensor k, at::Tensor v, 
 """
 
 
-def flash_attention_fp32(q, k, v, *, causal=False, scale=None, attn_mask=None, stride=None, window=None,
-                         key_lengths=None, tiles=FLASH_FP32_TILES, return_lse=False, backend=None):
-    """softmax(q kᵀ · scale + mask) v by the fused fp32 kernel. q: [B, H, Sq, D]; k, v:
-    [B, Hkv, Sk, D] with H a multiple of Hkv; masks as in :func:`attnbook.attention` (causal
-    aligned bottom-right). ``tiles`` = (Br, Bc): (64, 32), or at D = 64 any of
-    ``FLASH_FP32_SWEEP``. Returns o (and the log-sum-exp [B, H, Sq] if ``return_lse``).
-    Inputs live on the GPU, or on the CPU for the emulator."""
-    if q.dim() != 4:
-        raise ValueError(f"q must be [B, H, Sq, D], got shape {tuple(q.shape)}")
-    d = q.shape[-1]
+def _module(device: torch.device):
+    backend = "cuda" if device.type == "cuda" else "emulator"
+    return package_module("flash_fp32", "flash_fp32.cu", WRAPPER, ["flash_forward"], backend)
+
+
+@torch.library.custom_op("attnbook::flash_forward", mutates_args=())
+def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  bias: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor],
+                  causal: bool, stride: int, window: int, scale: float, block_q: int,
+                  block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused forward on checked inputs (see :class:`~attnbook.ops.checks.AttentionArgs`):
+    o [B, H, Sq, D] and the log-sum-exp [B, H, Sq] a backward pass needs."""
+    none = q.new_empty(0)
+    return tuple(_module(q.device).flash_forward(
+        q, k, v, none if bias is None else bias, none if key_lengths is None else key_lengths,
+        causal, stride, window, scale, block_q, block_k))
+
+
+@flash_forward.register_fake
+def _(q, k, v, bias, key_lengths, causal, stride, window, scale, block_q, block_k):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:-1])
+
+
+def check_flash_config(d: int, tiles=FLASH_FP32_TILES) -> tuple:
+    """The (Br, Bc) tiles, if the fused kernel is compiled for head_dim ``d`` with them."""
     if d not in FLASH_FP32_HEAD_DIMS:
-        raise ValueError(f"head_dim {d} is not supported by the fused kernel (impl='flash'): use one of "
-                         f"{FLASH_FP32_HEAD_DIMS}; impl='naive' and impl='tiled' take any head_dim")
+        raise ValueError(f"head_dim {d} is not supported by the fused kernel (impl='flash'): "
+                         f"use one of {FLASH_FP32_HEAD_DIMS}; impl='naive' and impl='tiled' "
+                         "take any head_dim")
     tiles = tuple(tiles)
     if tiles != FLASH_FP32_TILES and not (d == 64 and tiles in FLASH_FP32_SWEEP):
-        raise ValueError(f"tiles {tiles} are not compiled for head_dim {d}: use {FLASH_FP32_TILES}"
-                         f"{f' or one of {FLASH_FP32_SWEEP}' if d == 64 else ''}")
-    backend = backend or default_backend()
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    bias, lengths = masks.kernel_tensors(q, k, attn_mask, key_lengths)
-    module = package_module("flash_fp32", "flash_fp32.cu", WRAPPER, ["flash_forward"], backend)
-    o, lse = module.flash_forward(q, k, v, bias, lengths, bool(causal), stride or 0, window or 0, scale, *tiles)
-    return (o, lse) if return_lse else o
+        sweep = f" or one of {FLASH_FP32_SWEEP}" if d == 64 else ""
+        raise ValueError(f"tiles {tiles} are not compiled for head_dim {d}: use "
+                         f"{FLASH_FP32_TILES}{sweep}")
+    return tiles
+
+
+def flash_attention_fp32(q, k, v, *, causal=False, scale=None, attn_mask=None, stride=None,
+                         window=None, key_lengths=None, tiles=FLASH_FP32_TILES,
+                         return_lse=False):
+    """softmax(q kᵀ · scale + mask) v by the fused fp32 kernel. Inputs as for
+    :func:`attnbook.attention` (q [*batch, H, Sq, D], k and v [*batch, Hkv, Sk, D], any
+    strides, on a GPU or on the CPU for the emulator; causal aligned bottom-right).
+    ``tiles`` = (Br, Bc): (64, 32), or at D = 64 any of ``FLASH_FP32_SWEEP``. Returns o (and
+    the log-sum-exp [*batch, H, Sq] if ``return_lse``)."""
+    a = attention_args(q, k, v, attn_mask, 0.0, causal, scale, stride=stride, window=window,
+                       key_lengths=key_lengths)
+    tiles = check_flash_config(a.q.shape[-1], tiles)
+    o, lse = flash_forward(a.q, a.k, a.v, a.bias, a.key_lengths, a.causal, a.stride,
+                           a.window, a.scale, *tiles)
+    o = a.output(o)
+    return (o, lse.reshape(a.out_shape[:-1])) if return_lse else o

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["allowed", "bias", "check_attn_mask", "kernel_tensors", "MASK_KINDS", "MASK_PARAMS_CPP"]
+__all__ = ["allowed", "bias", "check_attn_mask", "MASK_KINDS"]
 
 MASK_KINDS = ("none", "causal", "key_padding", "additive", "boolean", "strided",
               "strided_causal", "window", "window_causal")
@@ -64,12 +64,13 @@ def allowed(sq: int, sk: int, *, causal: bool = False, stride: int | None = None
     return ok
 
 
-def check_attn_mask(attn_mask: torch.Tensor, b: int, h: int, sq: int, sk: int) -> None:
-    """Raise a clear error unless ``attn_mask`` broadcasts to ``[B, H, Sq, Sk]``."""
-    want = (b, h, sq, sk)
-    shape = tuple(attn_mask.shape)
-    if attn_mask.dim() > 4 or any(s not in (1, w) for s, w in zip(shape[::-1], want[::-1])):
-        raise ValueError(f"attn_mask of shape {shape} does not broadcast to [B, H, Sq, Sk] = {list(want)}")
+def check_attn_mask(attn_mask: torch.Tensor, *shape: int) -> None:
+    """Raise a clear error unless ``attn_mask`` broadcasts to ``shape``, the scores'
+    ``[*batch, H, Sq, Sk]``."""
+    have = tuple(attn_mask.shape)
+    if attn_mask.dim() > len(shape) or any(s not in (1, w) for s, w in zip(have[::-1], shape[::-1])):
+        raise ValueError(f"attn_mask of shape {have} does not broadcast to [*batch, H, Sq, Sk] = "
+                         f"{list(shape)}")
     if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
         raise TypeError(f"attn_mask must be bool or floating point, got {attn_mask.dtype}")
 
@@ -93,48 +94,3 @@ def bias(b: int, h: int, sq: int, sk: int, *, attn_mask: torch.Tensor | None = N
         else:
             out = out + m.to(dtype)
     return out.masked_fill(~ok, float("-inf"))
-
-
-def kernel_tensors(q, k, attn_mask, key_lengths):
-    """What a kernel reads of a mask: ``attn_mask`` as an additive float32 [B, H, Sq, Sk] view
-    with stride 0 where it broadcasts (nothing is expanded), and ``key_lengths`` as int32 [B];
-    empty tensors for absent ones."""
-    b, h, sq, _ = q.shape
-    sk = k.shape[2]
-    none = q.new_empty(0)
-    bias = none
-    if attn_mask is not None:
-        m = attn_mask
-        if m.dtype == torch.bool:
-            m = torch.zeros(m.shape, device=m.device).masked_fill(~m, float("-inf"))
-        m = m.float()
-        bias = m.reshape((1,) * (4 - m.dim()) + tuple(m.shape)).expand(b, h, sq, sk)
-    lengths = none if key_lengths is None else key_lengths.to(torch.int32).contiguous()
-    return bias, lengths
-
-
-# The C++ side of the same masks: fills the kernels' MaskParams (kernels/mask_params.h) from
-# the tensors of kernel_tensors().
-MASK_PARAMS_CPP = r"""
-#include "mask_params.h"
-
-// bias: additive mask viewed as [B, H, Sq, Sk] with broadcast strides (numel 0: none);
-// lengths: int32 [B] key lengths (numel 0: none).
-static MaskParams mask_params(const at::Tensor& bias, const at::Tensor& lengths, bool causal,
-                              int64_t stride, int64_t window) {
-  MaskParams m;
-  m.causal = causal;
-  m.stride = int(stride);
-  m.window = int(window);
-  if (bias.numel() > 0) {
-    TORCH_CHECK(bias.scalar_type() == at::kFloat && bias.dim() == 4, "bias must be a float [B, H, Sq, Sk] view");
-    m.bias = bias.data_ptr<float>();
-    m.bs0 = bias.stride(0); m.bs1 = bias.stride(1); m.bs2 = bias.stride(2); m.bs3 = bias.stride(3);
-  }
-  if (lengths.numel() > 0) {
-    attnbook::check_tensor(lengths, "key_lengths", at::kInt);
-    m.key_lengths = lengths.data_ptr<int>();
-  }
-  return m;
-}
-"""

@@ -10,28 +10,40 @@
 typedef struct CUstream_st* cudaStream_t;
 #else
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace attnbook {
 
+// DeviceGuard g(t): until the end of the scope, kernels launch on t's GPU and stream() is
+// that GPU's current stream (not the current device's, which may be another GPU).
 #ifdef ATTNBOOK_EMULATOR
 constexpr c10::DeviceType kDevice = c10::DeviceType::CPU;
 inline cudaStream_t stream() { return nullptr; }
 inline void check_launch() {}   // the emulator throws at the failing launch
+struct DeviceGuard {
+  explicit DeviceGuard(const at::Tensor&) {}
+};
 #else
 constexpr c10::DeviceType kDevice = c10::DeviceType::CUDA;
 inline cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 inline void check_launch() { C10_CUDA_KERNEL_LAUNCH_CHECK(); }
+struct DeviceGuard {
+  c10::cuda::CUDAGuard guard;
+  explicit DeviceGuard(const at::Tensor& t) : guard(t.device()) {}
+};
 #endif
 
-// The checks every wrapper makes before a launch: right device, dtype, contiguous.
-inline void check_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype) {
+// The checks every wrapper makes before a launch: right device, dtype, and (unless the
+// kernel takes strides) contiguous.
+inline void check_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype,
+                         bool contiguous = true) {
   TORCH_CHECK(t.device().type() == kDevice, name, " must be on ",
               kDevice == c10::DeviceType::CUDA ? "a CUDA device" : "the CPU (emulator back end)",
               ", got ", t.device());
   TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
-  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+  TORCH_CHECK(!contiguous || t.is_contiguous(), name, " must be contiguous");
 }
 
 }  // namespace attnbook

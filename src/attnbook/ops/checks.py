@@ -1,0 +1,176 @@
+"""The one input check of every public entry point.
+
+Every rule is checked here, in Python, before anything reaches a kernel: types, dtypes,
+shapes, devices, ranges. Python integers are unbounded and the kernels take 32-bit ones, so
+every integer is either reduced to an equivalent value that fits (a stride or window longer
+than the sequence) or refused before it is narrowed.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import torch
+
+from ..reference import masks
+
+__all__ = ["AttentionArgs", "attention_args", "check_tensor", "check_positive_int",
+           "check_same_device", "INT32_MAX"]
+
+INT32_MAX = 2**31 - 1
+DEVICE_TYPES = ("cuda", "cpu", "meta")   # meta: shapes only (the ops' fake implementations)
+HALF_PRECISION = (torch.float16, torch.bfloat16)
+INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+
+def check_tensor(x, name: str, dtypes=(torch.float32,), min_dim: int = 0) -> None:
+    """``x`` is a tensor of one of ``dtypes`` with at least ``min_dim`` dimensions, on a CUDA
+    device or the CPU (where the emulator runs the kernels)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
+    if x.dtype not in dtypes:
+        if x.dtype in HALF_PRECISION and torch.float32 in dtypes:
+            raise NotImplementedError(
+                f"{name} is {x.dtype}: half-precision attention runs on chapter 8's "
+                "tensor-core kernel, which this version does not have yet; use float32")
+        names = " or ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} must be {names}, got {x.dtype}")
+    if x.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dimensions, "
+                         f"got shape {tuple(x.shape)}")
+    if x.device.type not in DEVICE_TYPES:
+        raise ValueError(f"{name} must be on a CUDA device or the CPU (the emulator), "
+                         f"got {x.device}")
+
+
+def check_same_device(named: dict) -> None:
+    """All the tensors of ``named`` (None entries skipped) are on one device."""
+    tensors = [(n, t) for n, t in named.items() if t is not None]
+    first_name, first = tensors[0]
+    for name, t in tensors[1:]:
+        if t.device != first.device:
+            raise ValueError(f"all tensors must be on one device: {name} is on {t.device}, "
+                             f"{first_name} on {first.device}")
+
+
+def check_positive_int(value, name: str) -> int:
+    """A Python (or NumPy) integer ≥ 1, not a bool."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+@dataclass
+class AttentionArgs:
+    """Checked attention inputs, as the kernels take them: q [B, H, Sq, D] and k, v
+    [B, Hkv, Sk, D] views (leading dims flattened into B, head dim contiguous), the mask as
+    an additive float32 [B, H, Sq, Sk] view (stride 0 where it broadcasts) or None, key
+    lengths as int32 [B] clamped to [0, Sk] or None, stride and window as ints (0 = off)."""
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    bias: torch.Tensor | None
+    key_lengths: torch.Tensor | None
+    causal: bool
+    stride: int
+    window: int
+    scale: float
+    out_shape: tuple
+
+    def output(self, o: torch.Tensor) -> torch.Tensor:
+        """The kernel's [B, H, Sq, D] output in the shape of the caller's q."""
+        return o.reshape(self.out_shape)
+
+
+def _as_bhsd(x: torch.Tensor) -> torch.Tensor:
+    """[*batch, H, S, D] (or [S, D], [H, S, D]) as [B, H, S, D], a view where possible; the
+    head dimension made contiguous (one copy) if it is not."""
+    if x.dim() == 2:
+        x = x[None, None]
+    elif x.dim() == 3:
+        x = x[None]
+    else:
+        x = x.reshape(-1, *x.shape[-3:])
+    return x if x.stride(-1) == 1 or x.shape[-1] <= 1 else x.contiguous()
+
+
+def _check_shapes(q, k, v) -> None:
+    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    if not q.dim() == k.dim() == v.dim():
+        raise ValueError(f"q, k and v must have the same number of dimensions: {shapes}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape [*batch, Hkv, Sk, D]: {shapes} "
+                         "(a value head_dim other than the query's is not supported)")
+    if q.shape[:-3] != k.shape[:-3] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"k and v must both be [*batch, Hkv, Sk, D] with q's batch dims "
+                         f"{tuple(q.shape[:-3])} and D={q.shape[-1]}; got {shapes}")
+    if q.dim() >= 3:
+        h, hkv = q.shape[-3], k.shape[-3]
+        if hkv == 0 and h > 0:
+            raise ValueError(f"k and v have 0 heads but q has {h}: {shapes}")
+        if hkv and h % hkv:
+            raise ValueError(f"query heads ({h}) must be a multiple of key/value heads "
+                             f"({hkv}): {shapes}")
+    for name, n in (("query length", q.shape[-2]), ("key length", k.shape[-2]),
+                    ("head_dim", q.shape[-1])):
+        if n > INT32_MAX:
+            raise ValueError(f"{name} {n} exceeds the kernels' 32-bit limit ({INT32_MAX})")
+
+
+def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                   *, stride=None, window=None, key_lengths=None,
+                   dtypes=(torch.float32,)) -> AttentionArgs:
+    """Check the arguments of :func:`attnbook.attention` (SDPA's, plus the book's masks) and
+    return them as the kernels take them. Raises TypeError, ValueError or
+    NotImplementedError with a message that names the argument."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(t, name, dtypes, min_dim=2)
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    _check_shapes(q, k, v)
+    if not isinstance(dropout_p, numbers.Real) or dropout_p != 0:
+        raise NotImplementedError(f"dropout is not supported (dropout_p={dropout_p!r}); "
+                                  "the book's kernels compute attention without it")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
+        raise TypeError(f"scale must be a number or None, got {scale!r}")
+    stride = None if stride is None else check_positive_int(stride, "stride")
+    window = None if window is None else check_positive_int(window, "window")
+    if key_lengths is not None and not (
+            isinstance(key_lengths, torch.Tensor) and key_lengths.dtype in INTEGER_DTYPES):
+        what = getattr(key_lengths, "dtype", type(key_lengths).__name__)
+        raise ValueError(f"key_lengths must be an integer tensor of shape [B], got {what}")
+    if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
+        raise TypeError(f"attn_mask must be a tensor or None, got {type(attn_mask).__name__}")
+    check_same_device(dict(q=q, k=k, v=v, attn_mask=attn_mask, key_lengths=key_lengths))
+
+    out_shape = tuple(q.shape)
+    q4, k4, v4 = _as_bhsd(q), _as_bhsd(k), _as_bhsd(v)
+    b, h, sq, d = q4.shape
+    sk = k4.shape[2]
+    bias = None
+    if attn_mask is not None:
+        masks.check_attn_mask(attn_mask, *q.shape[:-1], sk)
+        m = attn_mask
+        if m.dtype == torch.bool:
+            m = torch.zeros(m.shape, device=m.device).masked_fill(~m, float("-inf"))
+        m = m.float().expand(*q.shape[:-1], sk)
+        bias = m.reshape(b, h, sq, sk)   # a view when the batch dims broadcast alike
+    lengths = None
+    if key_lengths is not None:
+        if tuple(key_lengths.shape) not in ((b,), tuple(q.shape[:-3])):
+            raise ValueError(f"key_lengths must have shape [B] = [{b}] (q's batch), got "
+                             f"{tuple(key_lengths.shape)}")
+        # Lengths past Sk mean no padding and negative ones mean no key: clamping to [0, Sk]
+        # keeps every value's meaning and makes it fit in 32 bits.
+        lengths = key_lengths.reshape(b).clamp(0, sk).to(torch.int32).contiguous()
+    # A stride of Sk or more admits key 0 alone, and no two positions are more than
+    # max(Sq, Sk) apart: larger values mean the same and are reduced to fit in 32 bits.
+    stride = 0 if stride is None else min(stride, max(sk, 1))
+    window = 0 if window is None else min(window, max(sq, sk) + 1)
+    if scale is None:
+        scale = 1.0 / math.sqrt(d) if d else 1.0   # d = 0: the output is empty anyway
+    return AttentionArgs(q4, k4, v4, bias, lengths, is_causal, stride, window, float(scale),
+                         out_shape)

@@ -1,0 +1,45 @@
+"""C++ shared by the attention wrappers: how checked tensors become the plain structs the
+kernels take (``kernels/mask_params.h``, ``kernels/layout.h``)."""
+
+__all__ = ["ATTENTION_CPP"]
+
+ATTENTION_CPP = r"""
+#include "layout.h"
+#include "mask_params.h"
+
+// The strides of a [B, H, S, D] float32 tensor whose head dimension is contiguous.
+static Layout layout_of(const at::Tensor& t, const char* name) {
+  attnbook::check_tensor(t, name, at::kFloat, /*contiguous=*/false);
+  TORCH_CHECK(t.dim() == 4, name, " must be [B, H, S, D]");
+  TORCH_CHECK(t.stride(3) == 1 || t.size(3) <= 1, name, "'s head dimension must be contiguous");
+  Layout l;
+  l.b = t.stride(0);
+  l.h = t.stride(1);
+  l.s = t.stride(2);
+  return l;
+}
+
+// bias: additive mask viewed as [B, H, Sq, Sk] with broadcast strides (numel 0: none);
+// lengths: int32 [B] key lengths (numel 0: none). stride and window: 0 (off) or positive,
+// already reduced to 32 bits by the Python checks; checked again here.
+static MaskParams mask_params(const at::Tensor& bias, const at::Tensor& lengths,
+                              bool causal, int64_t stride, int64_t window) {
+  TORCH_CHECK(stride >= 0 && stride <= INT32_MAX && window >= 0 && window <= INT32_MAX,
+              "stride and window must be in [0, 2^31)");
+  MaskParams m;
+  m.causal = causal;
+  m.stride = int(stride);
+  m.window = int(window);
+  if (bias.numel() > 0) {
+    attnbook::check_tensor(bias, "bias", at::kFloat, /*contiguous=*/false);
+    TORCH_CHECK(bias.dim() == 4, "bias must be a float [B, H, Sq, Sk] view");
+    m.bias = bias.data_ptr<float>();
+    m.bs0 = bias.stride(0); m.bs1 = bias.stride(1); m.bs2 = bias.stride(2); m.bs3 = bias.stride(3);
+  }
+  if (lengths.numel() > 0) {
+    attnbook::check_tensor(lengths, "key_lengths", at::kInt);
+    m.key_lengths = lengths.data_ptr<int>();
+  }
+  return m;
+}
+"""
