@@ -99,9 +99,8 @@ GOOD = inputs((2, 4, 2, 5, 6, 8))
 
 @pytest.mark.parametrize("args,kwargs,err,match", [
     ((GOOD[0].double(), *GOOD[1:]), {}, TypeError, "q must be float32"),
-    ((GOOD[0][0], *GOOD[1:]), {}, ValueError, r"q must be 4-D"),
-    ((GOOD[0].transpose(2, 3).contiguous().transpose(2, 3), *GOOD[1:]), {}, ValueError, "contiguous"),
-    ((GOOD[0], GOOD[1][:, :, :3].contiguous(), GOOD[2]), {}, ValueError, "k and v must both be"),
+    ((GOOD[0][0], *GOOD[1:]), {}, ValueError, "same number of dimensions"),
+    ((GOOD[0], GOOD[1][:, :, :3].contiguous(), GOOD[2]), {}, ValueError, "k and v must have the same shape"),
     ((GOOD[0][:, :3].contiguous(), *GOOD[1:]), {}, ValueError, "multiple of key/value heads"),
     ((GOOD[0], GOOD[1][..., :4].contiguous(), GOOD[2][..., :4].contiguous()), {}, ValueError, "D=8"),
     (GOOD, dict(attn_mask=torch.zeros(3, 5, 6)), ValueError, "does not broadcast"),
@@ -124,11 +123,10 @@ def test_bad_inputs_raise_before_launch(args, kwargs, err, match):
 def test_strided_gather_equals_dense_masking(stride, extra):
     """The tiled path's strided attention reads only every stride-th key; it must agree with
     computing every score and masking, on shapes larger than one 64×64 GEMM tile."""
-    from attnbook.ops.attention import _three_kernels
     q, k, v = inputs((2, 4, 2, 131, 200, 64), seed=5)
-    args = (q, k, v, None, extra.get("is_causal", False), 0.125, stride, extra.get("window"), None, "emulator")
-    gathered = _three_kernels("tiled", *args)
-    dense = _three_kernels("tiled", *args, gather=False)
+    opts = dict(scale=0.125, stride=stride, **extra)
+    gathered = ab.ops.three_kernels(q, k, v, **opts)
+    dense = ab.ops.three_kernels(q, k, v, **opts, gather=False)
     want = ab.attention_reference(q, k, v, scale=0.125, stride=stride, causal=extra.get("is_causal", False),
                                   window=extra.get("window"), float64=True)
     torch.testing.assert_close(gathered.double(), want, rtol=1e-4, atol=1e-5)

@@ -23,7 +23,7 @@ def inputs(shape, seed=0, magnitude=1.0):
 def test_matches_reference(shape, causal, order):
     q, k, v = inputs(shape)
     with ab.thread_order(*order):
-        o, lse = ab.flash_attention_fp32(q, k, v, causal=causal, return_lse=True, backend="emulator")
+        o, lse = ab.flash_attention_fp32(q, k, v, causal=causal, return_lse=True)
     ro, rlse = ab.attention_reference(q, k, v, causal=causal, float64=True, return_lse=True)
     torch.testing.assert_close(o.double(), ro, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(lse.double(), rlse, rtol=1e-4, atol=1e-5)
@@ -31,14 +31,14 @@ def test_matches_reference(shape, causal, order):
 
 def test_rows_with_no_admissible_key_are_zero():
     q, k, v = inputs((1, 1, 1, 80, 10, 64))          # causal: the first 70 queries precede every key
-    o, lse = ab.flash_attention_fp32(q, k, v, causal=True, return_lse=True, backend="emulator")
+    o, lse = ab.flash_attention_fp32(q, k, v, causal=True, return_lse=True)
     assert (o[:, :, :70] == 0).all() and (lse[:, :, :70] == float("-inf")).all()
     assert torch.isfinite(o).all() and torch.isfinite(lse[:, :, 70:]).all()
 
 
 def test_large_magnitudes_stay_finite():
     q, k, v = inputs((1, 2, 2, 40, 40, 64), seed=3, magnitude=30.0)   # scores of order ±1e4
-    o, lse = ab.flash_attention_fp32(q, k, v, return_lse=True, backend="emulator")
+    o, lse = ab.flash_attention_fp32(q, k, v, return_lse=True)
     ro, rlse = ab.attention_reference(q, k, v, float64=True, return_lse=True)
     assert torch.isfinite(o).all() and torch.isfinite(lse).all()
     torch.testing.assert_close(o.double(), ro, rtol=1e-3, atol=1e-3)
@@ -47,22 +47,21 @@ def test_large_magnitudes_stay_finite():
 
 def test_explicit_scale():
     q, k, v = inputs((1, 2, 2, 20, 30, 32), seed=4)
-    o = ab.flash_attention_fp32(q, k, v, scale=0.3, backend="emulator")
+    o = ab.flash_attention_fp32(q, k, v, scale=0.3)
     torch.testing.assert_close(o.double(), ab.attention_reference(q, k, v, scale=0.3, float64=True), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("change,match", [
     (lambda q, k, v: (q[..., :24].contiguous(), k[..., :24].contiguous(), v[..., :24].contiguous()), "head_dim 24"),
-    (lambda q, k, v: (q.double(), k, v), "q must be Float"),
-    (lambda q, k, v: (q.transpose(2, 3).contiguous().transpose(2, 3), k, v), "q must be contiguous"),
-    (lambda q, k, v: (q, k[:, :, :5].contiguous(), v), "k and v must be"),
+    (lambda q, k, v: (q.double(), k, v), "q must be float32"),
+    (lambda q, k, v: (q, k[:, :, :5].contiguous(), v), "k and v must have the same shape"),
     (lambda q, k, v: (q, k[:, :1].contiguous().expand(1, 3, 6, 32).contiguous(), v[:, :1].contiguous().expand(1, 3, 6, 32).contiguous()), "multiple"),
-    (lambda q, k, v: (q[0], k, v), r"\[B, H, Sq, D\]"),
+    (lambda q, k, v: (q[0], k, v), "same number of dimensions"),
 ])
 def test_bad_inputs_raise_clear_errors(change, match):
     q, k, v = inputs((1, 2, 2, 5, 6, 32))
-    with pytest.raises((RuntimeError, ValueError), match=match):
-        ab.flash_attention_fp32(*change(q, k, v), backend="emulator")
+    with pytest.raises((TypeError, ValueError), match=match):
+        ab.flash_attention_fp32(*change(q, k, v))
 
 
 @pytest.mark.parametrize("tiles", ab.ops.flash.FLASH_FP32_SWEEP)
@@ -72,7 +71,7 @@ def test_every_swept_tile_shape(tiles):
     q, k, v = inputs((2, 2, 1, 70, 90, 64), seed=5)
     lengths, bias = torch.tensor([90, 41]), torch.randn(1, 2, 70, 90)
     for opts in (dict(causal=True, window=20), dict(key_lengths=lengths, attn_mask=bias)):
-        o = ab.flash_attention_fp32(q, k, v, tiles=tiles, backend="emulator", **opts)
+        o = ab.flash_attention_fp32(q, k, v, tiles=tiles, **opts)
         ref = {("causal" if key == "causal" else key): val for key, val in opts.items()}
         torch.testing.assert_close(o.double(), ab.attention_reference(q, k, v, float64=True, **ref), rtol=1e-4, atol=1e-5)
 
@@ -80,4 +79,4 @@ def test_every_swept_tile_shape(tiles):
 def test_uncompiled_tiles_are_rejected():
     q, k, v = inputs((1, 1, 1, 4, 4, 32))
     with pytest.raises(ValueError, match=r"tiles \(32, 32\) are not compiled for head_dim 32"):
-        ab.flash_attention_fp32(q, k, v, tiles=(32, 32), backend="emulator")
+        ab.flash_attention_fp32(q, k, v, tiles=(32, 32))

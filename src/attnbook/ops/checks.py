@@ -30,10 +30,6 @@ def check_tensor(x, name: str, dtypes=(torch.float32,), min_dim: int = 0) -> Non
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
     if x.dtype not in dtypes:
-        if x.dtype in HALF_PRECISION and torch.float32 in dtypes:
-            raise NotImplementedError(
-                f"{name} is {x.dtype}: half-precision attention runs on chapter 8's "
-                "tensor-core kernel, which this version does not have yet; use float32")
         names = " or ".join(str(d).replace("torch.", "") for d in dtypes)
         raise TypeError(f"{name} must be {names}, got {x.dtype}")
     if x.dim() < min_dim:
@@ -125,6 +121,10 @@ def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     return them as the kernels take them. Raises TypeError, ValueError or
     NotImplementedError with a message that names the argument."""
     for name, t in (("q", q), ("k", k), ("v", v)):
+        if getattr(t, "dtype", None) in HALF_PRECISION and t.dtype not in dtypes:
+            raise NotImplementedError(
+                f"{name} is {t.dtype}: half-precision attention runs on chapter 8's "
+                "tensor-core kernel, which this version does not have yet; use float32")
         check_tensor(t, name, dtypes, min_dim=2)
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
