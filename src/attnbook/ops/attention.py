@@ -36,7 +36,8 @@ at::Tensor forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor bias,
               "k and v must be [B, Hkv, Sk, D] with q's B and D");
   const int64_t B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), Sk = k.size(2);
-  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, "query heads must be a multiple of key/value heads");
+  TORCH_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0,
+              "query heads must be a multiple of key/value heads");
   TORCH_CHECK(key_step >= 1 && key_step <= INT32_MAX, "key_step must be positive");
   const int64_t Sc = (Sk + key_step - 1) / key_step;
   TORCH_CHECK(B * H * Sq <= INT32_MAX && Sc * D * key_step <= INT32_MAX,

@@ -33,7 +33,8 @@ std::vector<at::Tensor> flash_forward(at::Tensor q, at::Tensor k, at::Tensor v,
               "k and v must be [B, Hkv, Sk, D] with q's B and D");
   const int64_t B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), Sk = k.size(2);
-  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, "query heads must be a multiple of key/value heads");
+  TORCH_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0,
+              "query heads must be a multiple of key/value heads");
   TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX,
               "B·H, Sq and Sk must be below 2^31");
   const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
