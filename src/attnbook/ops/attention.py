@@ -18,7 +18,8 @@ from .checks import INT32_MAX, attention_args
 from .flash import check_flash_config, flash_forward
 from .wrappers import ATTENTION_CPP
 
-__all__ = ["attention", "Attention", "IMPLS", "three_kernels", "three_kernel_forward"]
+__all__ = ["attention", "Attention", "IMPLS", "three_kernels", "three_kernel_forward",
+           "EXTENSIONS"]
 
 IMPLS = ("flash", "tiled", "naive")
 
@@ -57,6 +58,11 @@ at::Tensor forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor bias,
 """
 
 
+EXTENSIONS = [(f"{impl}_attention", f"{impl}_attention.cu",
+               _SCORES_WRAPPER.replace("LAUNCHER", f"attention_{impl}"), ["forward"])
+              for impl in ("naive", "tiled")]
+
+
 @torch.library.custom_op("attnbook::three_kernel_forward", mutates_args=())
 def three_kernel_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          bias: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor],
@@ -65,9 +71,7 @@ def three_kernel_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """The naive or tiled path on checked inputs: scores, softmax and P·V as three kernels,
     the scores in a [B, H, Sq, ceil(Sk / key_step)] workspace. Returns o [B, H, Sq, D]."""
     backend = "cuda" if q.device.type == "cuda" else "emulator"
-    module = package_module(f"{impl}_attention", f"{impl}_attention.cu",
-                            _SCORES_WRAPPER.replace("LAUNCHER", f"attention_{impl}"),
-                            ["forward"], backend)
+    module = package_module(*EXTENSIONS[("naive", "tiled").index(impl)], backend)
     none = q.new_empty(0)
     return module.forward(q, k, v, none if bias is None else bias,
                           none if key_lengths is None else key_lengths, causal, stride,

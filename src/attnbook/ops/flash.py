@@ -10,7 +10,7 @@ from ..toolchain.compile import package_module
 from .checks import attention_args
 from .wrappers import ATTENTION_CPP
 
-__all__ = ["flash_attention_fp32", "flash_forward", "check_flash_config", "WRAPPER",
+__all__ = ["flash_attention_fp32", "flash_forward", "check_flash_config", "WRAPPER", "EXTENSIONS",
            "FLASH_FP32_HEAD_DIMS", "FLASH_FP32_TILES", "FLASH_FP32_SWEEP"]
 
 FLASH_FP32_HEAD_DIMS = (32, 64, 96, 128)
@@ -52,9 +52,13 @@ std::vector<at::Tensor> flash_forward(at::Tensor q, at::Tensor k, at::Tensor v,
 """
 
 
+# (name, kernel file, wrapper, functions): what package_module builds, and what
+# python -m attnbook.toolchain.cuda_build_check builds for every architecture.
+EXTENSIONS = [("flash_fp32", "flash_fp32.cu", WRAPPER, ["flash_forward"])]
+
+
 def _module(device: torch.device):
-    backend = "cuda" if device.type == "cuda" else "emulator"
-    return package_module("flash_fp32", "flash_fp32.cu", WRAPPER, ["flash_forward"], backend)
+    return package_module(*EXTENSIONS[0], "cuda" if device.type == "cuda" else "emulator")
 
 
 @torch.library.custom_op("attnbook::flash_forward", mutates_args=())

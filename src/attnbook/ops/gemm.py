@@ -7,7 +7,7 @@ import torch
 from ..toolchain.compile import package_module
 from .checks import INT32_MAX, check_same_device, check_tensor
 
-__all__ = ["gemm", "gemm_forward", "GEMM_STEPS"]
+__all__ = ["gemm", "gemm_forward", "GEMM_STEPS", "EXTENSIONS"]
 
 # step number -> what it adds
 GEMM_STEPS = {1: "naive", 2: "shared-memory tiles", 3: "register blocking", 4: "float4 loads"}
@@ -38,12 +38,15 @@ at::Tensor gemm_batched(at::Tensor a, at::Tensor b, bool b_transposed, int64_t s
 """
 
 
+EXTENSIONS = [("gemm", "gemm.cu", _WRAPPER, ["gemm_batched"])]
+
+
 @torch.library.custom_op("attnbook::gemm", mutates_args=())
 def gemm_forward(a: torch.Tensor, b: torch.Tensor, transpose_b: bool, step: int
                  ) -> torch.Tensor:
     """c[z] = a[z] · b[z] (or a[z] · b[z]ᵀ) for contiguous float32 [batch, ., .] operands."""
     backend = "cuda" if a.device.type == "cuda" else "emulator"
-    module = package_module("gemm", "gemm.cu", _WRAPPER, ["gemm_batched"], backend)
+    module = package_module(*EXTENSIONS[0], backend)
     return module.gemm_batched(a, b, transpose_b, step)
 
 

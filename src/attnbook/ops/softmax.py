@@ -7,7 +7,7 @@ import torch
 from ..toolchain.compile import package_module
 from .checks import INT32_MAX, check_tensor
 
-__all__ = ["softmax", "softmax_forward", "SOFTMAX_KERNELS"]
+__all__ = ["softmax", "softmax_forward", "SOFTMAX_KERNELS", "EXTENSIONS"]
 
 SOFTMAX_KERNELS = ("naive", "block_tree", "warp", "block_warps", "online")
 
@@ -31,11 +31,14 @@ at::Tensor softmax_last_dim(at::Tensor x, std::string kernel) {
 """
 
 
+EXTENSIONS = [("softmax", "softmax.cu", _WRAPPER, ["softmax_last_dim"])]
+
+
 @torch.library.custom_op("attnbook::softmax", mutates_args=())
 def softmax_forward(x: torch.Tensor, kernel: str) -> torch.Tensor:
     """Softmax over the last dimension of a contiguous float32 tensor by ``kernel``."""
     backend = "cuda" if x.device.type == "cuda" else "emulator"
-    module = package_module("softmax", "softmax.cu", _WRAPPER, ["softmax_last_dim"], backend)
+    module = package_module(*EXTENSIONS[0], backend)
     return module.softmax_last_dim(x, kernel)
 
 

@@ -57,9 +57,15 @@ def default_backend() -> str:
     return "cuda" if torch.cuda.is_available() else "emulator"
 
 
-def _arch() -> str:
+def _device_arch() -> str:
     major, minor = torch.cuda.get_device_capability()
-    return f"{major}.{minor}"
+    return f"sm_{major}{minor}"
+
+
+def _arch_list(arch: str) -> str:
+    """TORCH_CUDA_ARCH_LIST's spelling of an architecture: sm_80 -> 8.0, sm_90a -> 9.0a."""
+    m = re.fullmatch(r"sm_(\d+)(\d)(a?)", arch)
+    return f"{m.group(1)}.{m.group(2)}{m.group(3)}"
 
 
 def _source_name(cuda: str) -> str:
@@ -85,16 +91,22 @@ def _short_error(log: str, source: str = "", source_name: str = "", limit: int =
 
 
 def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | None = None,
-            verbose: bool = False, extra_cflags=()):
+            arch: str | None = None, verbose: bool = False, extra_cflags=()):
     """Compile ``cuda`` (kernel text) with ``wrapper`` (torch-facing C++) into a module that
-    exposes ``functions``. ``backend`` is "cuda", "emulator", or None for this machine's."""
+    exposes ``functions``. ``backend`` is "cuda", "emulator", or None for this machine's.
+    ``arch`` ("sm_75", "sm_80", …) builds the CUDA back end for that architecture instead of
+    the GPU's, which also works without a GPU when torch is a CUDA build (the module then
+    loads but cannot launch)."""
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("backend='cuda' needs a GPU; use backend='emulator' to run on the CPU")
-    if not re.fullmatch(r"[A-Za-z_]\w*", name):
-        raise ValueError(f"extension name must be an identifier, got {name!r}")
+    if backend == "cuda" and arch is None and not torch.cuda.is_available():
+        raise RuntimeError("backend='cuda' needs a GPU (or arch='sm_XY' to build without "
+                           "running); use backend='emulator' to run on the CPU")
+    if arch is not None and not re.fullmatch(r"sm_\d{2,3}a?", arch):
+        raise ValueError(f"arch must look like 'sm_80', got {arch!r}")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"extension name must be an ASCII identifier, got {name!r}")
     functions = [functions] if isinstance(functions, str) else list(functions)
     src_name = _source_name(cuda)
     header = '#include "attnbook_torch.h"\n'
@@ -109,34 +121,40 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
         cu, target, includes = [], "the CPU emulator", [EMULATOR_DIR]
         cflags, cuda_flags = CPU_FLAGS + list(extra_cflags), []
     else:
-        arch = _arch()
+        target = arch or _device_arch()
         cpp = [header + wrapper_text]
-        cu = ["#include <cuda_runtime.h>\n" + f'#line 1 "{src_name}"\n' + cuda]
-        target, includes = f"sm_{arch.replace('.', '')}", []
+        # The kernel text is a real file beside the build (see _write_kernel_file): nvcc's
+        # dependency list then names files that exist, and ninja reuses the object.
+        cu = [f'#include <cuda_runtime.h>\n#include "{KERNEL_SUBDIR}/{src_name}"\n']
+        includes = []
         cflags = ["-O2"] + list(extra_cflags)
         # torch's extension builder hides cuda_fp16/bf16's operators and conversions; the
         # emulator and ptxas_report have them, so the same kernel text must see them here too.
         cuda_flags = ["-O3", "-std=c++17", "-lineinfo"] + [f"-U__CUDA_NO_{m}__" for m in (
             "HALF_OPERATORS", "HALF_CONVERSIONS", "HALF2_OPERATORS", "BFLOAT16_CONVERSIONS")]
-    key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, *cflags, *cuda_flags, *functions,
+    key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, cuda, *cflags, *cuda_flags,
+                                    *functions,
                                     *(p.read_text() for p in sorted(EMULATOR_DIR.glob("*.h"))),
                                     (INCLUDE_DIR / "attnbook_torch.h").read_text(),
                                     torch.__version__]).encode()).hexdigest()[:12]
+    full_name = f"{name}_{backend}_{key}"
+    if backend == "cuda":
+        _write_kernel_file(full_name, src_name, cuda, verbose)
     print(f"compiling {name} for {target} …", end="", flush=True)
     start = time.perf_counter()
     env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if backend == "cuda":
-        os.environ["TORCH_CUDA_ARCH_LIST"] = arch   # this GPU only: one arch compiles fastest
+    if backend == "cuda":   # one architecture compiles fastest
+        os.environ["TORCH_CUDA_ARCH_LIST"] = _arch_list(target)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from torch.utils.cpp_extension import load_inline
             module = load_inline(
-                name=f"{name}_{backend}_{key}", cpp_sources=cpp, cuda_sources=cu or None,
+                name=full_name, cpp_sources=cpp, cuda_sources=cu or None,
                 functions=functions, extra_cflags=cflags, extra_cuda_cflags=cuda_flags or None,
                 extra_include_paths=[str(p) for p in (*includes, INCLUDE_DIR, KERNEL_DIR)],
                 with_cuda=backend == "cuda", no_implicit_headers=True, verbose=verbose)
-    except RuntimeError as e:
+    except (RuntimeError, ImportError) as e:
         print(" failed")
         raise CompileError(f"compiling {name} failed:\n{_short_error(str(e), cuda, src_name)}") from None
     finally:
@@ -147,6 +165,24 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
                 os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
     print(f" {time.perf_counter() - start:.1f} s")
     return module
+
+
+KERNEL_SUBDIR = "kernel"
+
+
+def build_directory(full_name: str, verbose: bool = False) -> pathlib.Path:
+    """The extension's folder in torch's extension cache (``$TORCH_EXTENSIONS_DIR``)."""
+    from torch.utils.cpp_extension import _get_build_directory
+    return pathlib.Path(_get_build_directory(full_name, verbose))
+
+
+def _write_kernel_file(full_name: str, src_name: str, text: str, verbose: bool) -> None:
+    """Put the kernel text in ``<build dir>/kernel/<src_name>``, rewriting it only when it
+    changed, so that its time stamp, and with it ninja's verdict, stays put."""
+    path = build_directory(full_name, verbose) / KERNEL_SUBDIR / src_name
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
 
 
 _package_modules = {}
