@@ -1,6 +1,8 @@
 """compile(): the source transform, both context-switch implementations, error reporting,
 and the nvcc compile check of every kernel file for the three architectures the book targets."""
 import pathlib
+import re
+import time
 
 import pytest
 import torch
@@ -119,3 +121,55 @@ def test_ptxas_report_has_the_numbers_a_chapter_shows():
     report = ab.ptxas_report((HERE / "selftest.cu").read_text(), "sm_80")
     r = report["void block_sum<true>(float const*, float*, int)"]
     assert r["shared_bytes"] == 256 * 4 and r["spill_stores"] == 0
+
+
+# ---- the extension cache: a new process loads what an earlier one built -----------------------
+def test_cached_extension_loads_in_a_new_process_without_rebuilding(tmp_path):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path))
+    script = "import torch, attnbook as ab; print(ab.softmax(torch.ones(2, 3)).sum().item())"
+    run = lambda: subprocess.run([sys.executable, "-c", script], env=env, check=True,  # noqa
+                                 capture_output=True, text=True)
+    assert run().stdout.endswith("2.0\n")
+    (build,) = tmp_path.glob("softmax_emulator_*")
+    built = {p.name: p.stat().st_mtime_ns for p in build.iterdir() if p.suffix in (".o", ".so")}
+    assert len(built) == 2
+    start = time.perf_counter()
+    assert run().stdout.endswith("2.0\n")
+    reload_s = time.perf_counter() - start
+    assert {p.name: p.stat().st_mtime_ns for p in build.iterdir()
+            if p.suffix in (".o", ".so")} == built
+    ninja = subprocess.run(["ninja", "-n", "-d", "explain", "-C", str(build)],
+                           capture_output=True, text=True)
+    assert "no work to do" in ninja.stdout, ninja.stdout + ninja.stderr
+    assert reload_s < 8, f"a cached load took {reload_s:.1f} s"
+
+
+def test_cuda_sources_name_only_files_that_exist(monkeypatch, tmp_path):
+    """nvcc's dependency file names the sources the CUDA build includes; a name that is not a
+    file (a '#line 1 "x.cu"' directive once was) makes ninja rebuild in every process."""
+    import torch.utils.cpp_extension as ce
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(ce, "load_inline", lambda **kw: calls.append(kw))
+    source = ab.kernel_source("softmax.cu")
+    for _ in range(2):
+        ab.compile("softmax", source, "", ["f"], backend="cuda", arch="sm_80")
+    cu = calls[0]["cuda_sources"][0]
+    assert "#line" not in cu
+    (included,) = re.findall(r'#include "([^"]+)"', cu)
+    path = tmp_path / calls[0]["name"] / included
+    assert path.read_text() == source
+    assert calls[1] == calls[0]                      # the same build, and the file untouched:
+    first = path.stat().st_mtime_ns
+    ab.compile("softmax", source, "", ["f"], backend="cuda", arch="sm_80")
+    assert path.stat().st_mtime_ns == first
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc (CUDA toolkit) not installed")
+def test_nvcc_check_compiles_the_host_pass_too():
+    host_error = "__global__ void k() {}\nvoid launch() { k<<<1, 1>>>(); undeclared(); }\n"
+    with pytest.raises(ab.CompileError, match="undeclared"):
+        ab.ptxas_report(host_error, "sm_80")

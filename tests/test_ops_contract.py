@@ -295,6 +295,7 @@ def test_torch_compile_fullgraph_softmax_and_gemm():
 
 
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")   # shapes are traced as constants
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:DeprecationWarning")
 def test_jit_trace_records_the_op():
     q, k = randn(1, 2, 9, 32, seed=1), randn(1, 2, 9, 32, seed=2)
     traced = torch.jit.trace(lambda q, k: ab.attention(q, k, k, is_causal=True), (q, k))

@@ -1,4 +1,5 @@
 // Kernels that exercise the emulator's built-ins, and kernels with planted bugs it must catch.
+#include <cassert>
 #include <string>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

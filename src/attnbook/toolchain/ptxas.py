@@ -25,8 +25,8 @@ def find_nvcc() -> str | None:
 
 
 def ptxas_report(cuda: str, arch: str = "sm_80") -> dict:
-    """Compile ``cuda`` with nvcc for ``arch`` (compile only, no GPU needed) and return what
-    ptxas reports per kernel: ``{kernel: {"registers", "spill_stores", "spill_loads",
+    """Compile ``cuda`` with nvcc for ``arch`` (compile only, no GPU needed; host code too, as
+    a real build does) and return what ptxas reports per kernel: ``{kernel: {"registers", "spill_stores", "spill_loads",
     "shared_bytes", "stack_bytes"}}``. Raises CompileError if it does not compile."""
     nvcc = find_nvcc()
     if nvcc is None:
@@ -34,7 +34,7 @@ def ptxas_report(cuda: str, arch: str = "sm_80") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         src = pathlib.Path(tmp) / _source_name(cuda)
         src.write_text(cuda)
-        cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-std=c++17", "-Xptxas=-v",
+        cmd = [nvcc, "-c", f"-arch={arch}", "-O3", "-std=c++17", "-Xptxas=-v",
                f"-I{KERNEL_DIR}", "-o", os.devnull, str(src)]
         run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
