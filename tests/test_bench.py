@@ -115,3 +115,14 @@ def test_sweep_heatmap_places_each_tile_shape():
     grid = ax.get_images()[0].get_array()
     assert grid.shape == (2, 3) and grid[1, 2] == 64 + 64 and grid[0, 0] == 32 + 16
     matplotlib.pyplot.close("all")
+
+
+def test_peak_memory_counts_what_the_call_allocates():
+    """Views of tensors made before the call cost nothing; the registered ops' workspaces
+    (the naive path's S×S scores) are counted although the op is one opaque call."""
+    q = torch.randn(1, 2, 64, 32)
+    assert ab.peak_memory(lambda: q.view(2, 64, 32).transpose(1, 2), "cpu")[0] == 0
+    peak, _ = ab.peak_memory(lambda: ab.attention(q, q, q, impl="naive"), "cpu")
+    assert peak == q.numel() * 4 + 2 * 64 * 64 * 4
+    peak, _ = ab.peak_memory(lambda: ab.attention(q, q, q), "cpu")
+    assert peak == q.numel() * 4 + 2 * 64 * 4          # o and the log-sum-exp

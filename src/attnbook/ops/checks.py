@@ -86,7 +86,7 @@ def _as_bhsd(x: torch.Tensor) -> torch.Tensor:
         x = x[None, None]
     elif x.dim() == 3:
         x = x[None]
-    else:
+    elif x.dim() > 4:
         x = x.reshape(math.prod(x.shape[:-3]), *x.shape[-3:])
     return x if x.stride(-1) == 1 or x.shape[-1] <= 1 else x.contiguous()
 
