@@ -23,7 +23,7 @@
 
 #include "layout.h"
 #include "mask.cuh"
-#include "softmax.cuh"   // max_nan
+#include "max_nan.cuh"
 
 template <int D, int Br, int Bc>
 __global__ void flash_fwd_fp32_kernel(const float* __restrict__ q, const float* __restrict__ k,

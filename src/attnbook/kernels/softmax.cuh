@@ -10,9 +10,7 @@
 #pragma once
 #include <cmath>
 
-// The max of a row must see a NaN: fmaxf(a, NaN) = a would drop it and leave a finite row.
-// This max returns NaN if either operand is NaN, as torch.max does.
-__device__ __forceinline__ float max_nan(float a, float b) { return a > b || a != a ? a : b; }
+#include "max_nan.cuh"
 
 // y = e^(x - m) / l, with the empty row (l = 0, every x = -inf) as zeros. NaN in l or m (a
 // NaN or +inf in the row) gives NaN.
