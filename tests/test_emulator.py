@@ -278,3 +278,16 @@ def test_wrong_fragment_layout_is_caught(ext):
     torch.testing.assert_close(D, want, rtol=1e-3, atol=1e-3)
     run(ext, "mma_gemm_bug", [A, Bt, D])
     assert not torch.allclose(D, want, rtol=1e-3, atol=1e-3)
+
+
+def test_including_cassert_keeps_the_device_assert():
+    """<cassert> redefines assert at every inclusion; kernel text that includes it (as it
+    must, for nvcc) still gets the emulator's assert, an exception naming the line."""
+    src = "#include <cassert>\n__global__ void k(int n) {\n  assert(n > 0);\n}\n" \
+          "void launch(int n) { k<<<1, 32>>>(n); }\n"
+    ext = ab.compile("assert_after_cassert", src,
+                     "void launch(int);\nvoid run(int64_t n) { launch(int(n)); }", ["run"],
+                     backend="emulator")
+    ext.run(1)
+    with pytest.raises(RuntimeError, match="device assert failed on line 3: n > 0"):
+        ext.run(0)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attnbook as ab
-from attnbook.ops.checks import attention_args
+from attnbook.reference.checks import attention_args
 
 IMPLS = ["flash", "tiled", "naive"]
 NAN, INF = float("nan"), float("inf")

@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 
 from ..toolchain.compile import package_module
-from .checks import INT32_MAX, attention_args
+from ..reference.checks import INT32_MAX, attention_args
 from .flash import check_flash_config, flash_forward
 from .wrappers import ATTENTION_CPP
 

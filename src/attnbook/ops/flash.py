@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 
 from ..toolchain.compile import package_module
-from .checks import attention_args
+from ..reference.checks import attention_args
 from .wrappers import ATTENTION_CPP
 
 __all__ = ["flash_attention_fp32", "flash_forward", "check_flash_config", "WRAPPER", "EXTENSIONS",
@@ -66,7 +66,7 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   bias: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor],
                   causal: bool, stride: int, window: int, scale: float, block_q: int,
                   block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fused forward on checked inputs (see :class:`~attnbook.ops.checks.AttentionArgs`):
+    """The fused forward on checked inputs (see :class:`~attnbook.reference.checks.AttentionArgs`):
     o [B, H, Sq, D] and the log-sum-exp [B, H, Sq] a backward pass needs."""
     none = q.new_empty(0)
     return tuple(_module(q.device).flash_forward(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..toolchain.compile import package_module
-from .checks import INT32_MAX, check_same_device, check_tensor
+from ..reference.checks import INT32_MAX, check_same_device, check_tensor
 
 __all__ = ["gemm", "gemm_forward", "GEMM_STEPS", "EXTENSIONS"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..toolchain.compile import package_module
-from .checks import INT32_MAX, check_tensor
+from ..reference.checks import INT32_MAX, check_tensor
 
 __all__ = ["softmax", "softmax_forward", "SOFTMAX_KERNELS", "EXTENSIONS"]
 

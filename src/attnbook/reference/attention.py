@@ -15,6 +15,7 @@ import math
 import torch
 
 from . import masks
+from .checks import check_reference_args
 
 __all__ = ["attention_reference", "expand_kv"]
 
@@ -36,11 +37,9 @@ def attention_reference(q, k, v, *, scale=None, causal=False, attn_mask=None,
     :mod:`attnbook.masks` (causal is aligned bottom-right).  float64: compute and return
     in float64.  return_lse: also return the log-sum-exp of each row, ``[B, H, Sq]``.
     """
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError("q, k, v must be 4-D: [B, H, S, D]")
+    check_reference_args(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
+                         key_lengths=key_lengths, stride=stride, window=window)
     b, h, sq, d = q.shape
-    if k.shape[0] != b or v.shape[:3] != k.shape[:3] or k.shape[3] != d:
-        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     sk = k.shape[2]
     dtype = torch.float64 if float64 else q.dtype
     work = torch.float64 if float64 else torch.promote_types(q.dtype, torch.float32)

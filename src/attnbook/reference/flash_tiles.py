@@ -14,6 +14,7 @@ import torch
 
 from . import masks
 from .attention import expand_kv
+from .checks import check_positive_int, check_reference_args
 
 __all__ = ["flash_attention_tiles"]
 
@@ -28,6 +29,10 @@ def flash_attention_tiles(q, k, v, *, block_q=16, block_k=16, scale=None, causal
     ``trace``, a list, receives a record per (query tile, key tile) of batch 0, head 0:
     which tile, whether it was skipped, and the rows' m, l and normalised partial output.
     """
+    check_reference_args(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
+                         key_lengths=key_lengths, stride=stride, window=window)
+    block_q, block_k = (check_positive_int(n, name) for n, name in
+                        ((block_q, "block_q"), (block_k, "block_k")))
     b, h, sq, d = q.shape
     sk = k.shape[2]
     k, v = expand_kv(k, h), expand_kv(v, h)

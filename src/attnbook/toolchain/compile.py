@@ -134,7 +134,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
             "HALF_OPERATORS", "HALF_CONVERSIONS", "HALF2_OPERATORS", "BFLOAT16_CONVERSIONS")]
     key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, cuda, *cflags, *cuda_flags,
                                     *functions,
-                                    *(p.read_text() for p in sorted(EMULATOR_DIR.glob("*.h"))),
+                                    *(p.read_text() for p in sorted(EMULATOR_DIR.iterdir())),
                                     (INCLUDE_DIR / "attnbook_torch.h").read_text(),
                                     torch.__version__]).encode()).hexdigest()[:12]
     full_name = f"{name}_{backend}_{key}"

@@ -136,8 +136,12 @@ inline unsigned __activemask() {
   return ::attnbook_emu::existing_lanes(r.cur->linear / 32);
 }
 [[noreturn]] inline void __trap() { ::attnbook_emu::fail("__trap() called"); }
+// A failed device assert is a Python exception naming the line, not the host's abort(). The
+// stand-ins cassert and assert.h beside this file restore it when kernel text includes the
+// standard header (which redefines assert at every inclusion).
+#define ATTNBOOK_EMULATOR_ASSERT(e) ((e) ? (void)0 : ::attnbook_emu::assert_fail(#e, __LINE__))
 #undef assert
-#define assert(e) ((e) ? (void)0 : ::attnbook_emu::assert_fail(#e, __LINE__))
+#define assert(e) ATTNBOOK_EMULATOR_ASSERT(e)
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 inline void __nanosleep(unsigned) {}

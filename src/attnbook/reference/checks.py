@@ -1,4 +1,5 @@
-"""The one input check of every public entry point.
+"""The one input check of every public entry point: the kernels' (in :mod:`attnbook.ops`)
+and the references' (here), so that all of them accept and refuse the same arguments.
 
 Every rule is checked here, in Python, before anything reaches a kernel: types, dtypes,
 shapes, devices, ranges. Python integers are unbounded and the kernels take 32-bit ones, so
@@ -13,10 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..reference import masks
+from . import masks
 
-__all__ = ["AttentionArgs", "attention_args", "check_tensor", "check_positive_int",
-           "check_same_device", "INT32_MAX"]
+__all__ = ["AttentionArgs", "attention_args", "check_reference_args", "check_tensor",
+           "check_positive_int", "check_same_device", "INT32_MAX", "FLOATS"]
 
 INT32_MAX = 2**31 - 1
 DEVICE_TYPES = ("cuda", "cpu", "meta")   # meta: shapes only (the ops' fake implementations)
@@ -114,6 +115,9 @@ def _check_shapes(q, k, v) -> None:
             raise ValueError(f"{name} {n} exceeds the kernels' 32-bit limit ({INT32_MAX})")
 
 
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                    *, stride=None, window=None, key_lengths=None,
                    dtypes=(torch.float32,)) -> AttentionArgs:
@@ -174,3 +178,14 @@ def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
         scale = 1.0 / math.sqrt(d) if d else 1.0   # d = 0: the output is empty anyway
     return AttentionArgs(q4, k4, v4, bias, lengths, is_causal, stride, window, float(scale),
                          out_shape)
+
+
+def check_reference_args(q, k, v, *, scale=None, causal=False, attn_mask=None,
+                         key_lengths=None, stride=None, window=None) -> None:
+    """The rules of :func:`attention_args` for the references, which take any floating dtype
+    (float64 to check the kernels) and compute on [B, H, S, D] tensors as given."""
+    attention_args(q, k, v, attn_mask, 0.0, causal, scale, stride=stride, window=window,
+                   key_lengths=key_lengths, dtypes=FLOATS)
+    if q.dim() != 4:
+        raise ValueError(f"the references take 4-D [B, H, S, D] tensors, got q of shape "
+                         f"{tuple(q.shape)}")
