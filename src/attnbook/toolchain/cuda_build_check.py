@@ -6,8 +6,10 @@ each architecture the book targets, on a machine without a GPU.
 It needs a CUDA build of torch and the CUDA toolkit (``CUDA_HOME``), but no GPU: this is the
 check to run after touching a wrapper, ``attnbook_torch.h`` or the build. The notebooks'
 extensions are found by running each notebook with :func:`compile` replaced by a recorder
-(cells that use a recorded module then fail, which is expected and ignored). Prints the
-build time of each extension and exits non-zero if any build fails.
+(cells that use a recorded module then fail, which is expected and ignored), and every
+dict of ``load_inline`` arguments a notebook defines (a plain ``load_inline`` example, which
+a notebook without a GPU only shows) is built with ``load_inline`` itself. Prints the build
+time of each extension and exits non-zero if any build fails.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from .compile import CompileError, compile, kernel_source
+from .compile import CompileError, _arch_list, compile, kernel_source
 
 ARCHS = ("sm_75", "sm_80", "sm_90")
 BOOK = pathlib.Path(__file__).resolve().parents[3] / "book"
@@ -34,16 +36,24 @@ def _record(name, cuda, wrapper, functions, **kw):
     raise RuntimeError("recorded for the CUDA build check")
 ab.compile = ab.toolchain.compile = c.compile = _record
 """
+# Run as the last cell: the load_inline examples the notebook defined.
+_PLAIN = r"""
+with open({path!r}, "a") as f:
+    for _value in list(globals().values()):
+        if isinstance(_value, dict) and {{"name", "cuda_sources"}} <= _value.keys():
+            f.write(json.dumps(["load_inline", _value]) + "\n")
+"""
 
 
 def package_extensions():
     from ..ops import EXTENSIONS
-    return [(name, kernel_source(filename), wrapper, functions)
+    return [[name, kernel_source(filename), wrapper, functions]
             for name, filename, wrapper, functions in EXTENSIONS]
 
 
 def notebook_extensions(notebooks):
-    """(name, cuda, wrapper, functions) of every compile() call the notebooks make."""
+    """(name, cuda, wrapper, functions) of every compile() call the notebooks make, and
+    ("load_inline", arguments) of every load_inline example they define."""
     import nbformat
     from nbclient import NotebookClient
     found = []
@@ -52,12 +62,29 @@ def notebook_extensions(notebooks):
         for path in notebooks:
             nb = nbformat.read(path, as_version=4)
             nb.cells.insert(0, nbformat.v4.new_code_cell(_RECORDER.format(path=str(record))))
+            nb.cells.append(nbformat.v4.new_code_cell(_PLAIN.format(path=str(record))))
             NotebookClient(nb, timeout=600, allow_errors=True,
                            resources={"metadata": {"path": str(path.parent)}}).execute()
         if record.exists():
-            found = [tuple(json.loads(line)) for line in record.read_text().splitlines()]
-    unique = {(n, c, w, tuple(f)): None for n, c, w, f in found}
-    return [(n, c, w, list(f)) for n, c, w, f in unique]
+            found = [json.loads(line) for line in record.read_text().splitlines()]
+    unique = {json.dumps(call): call for call in found}
+    return list(unique.values())
+
+
+def build(call, arch) -> None:
+    """Build one recorded extension for ``arch``; raises CompileError if it fails."""
+    if call[0] != "load_inline":
+        name, cuda, wrapper, functions = call
+        compile(name, cuda, wrapper, functions, backend="cuda", arch=arch)
+        return
+    import os
+    from torch.utils.cpp_extension import load_inline
+    args = dict(call[1], name=f"{call[1]['name']}_{arch}")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = _arch_list(arch)
+    try:
+        load_inline(**args)
+    except (RuntimeError, ImportError) as e:
+        raise CompileError(str(e)[-3000:]) from None
 
 
 def main(argv=None) -> int:
@@ -67,18 +94,19 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import torch
     if torch.version.cuda is None:
-        print("this torch is a CPU build: install a CUDA build of torch (DEVELOPERS: README, "
-              "'Contributing') to check the CUDA back end")
+        print("this torch is a CPU build: the check needs a CUDA build of torch (the README's "
+              "'Contributing' section says how to get one)")
         return 2
     extensions = package_extensions()
     if not args.no_notebooks:
         extensions += notebook_extensions(sorted(BOOK.glob("*.ipynb")))
     failures = 0
     for arch in args.arch:
-        for name, cuda, wrapper, functions in extensions:
+        for call in extensions:
+            name = call[1]["name"] if call[0] == "load_inline" else call[0]
             start = time.perf_counter()
             try:
-                compile(name, cuda, wrapper, functions, backend="cuda", arch=arch)
+                build(call, arch)
                 verdict = "ok"
             except CompileError as e:
                 failures += 1
