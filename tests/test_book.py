@@ -58,3 +58,50 @@ def test_committed_executed_top_to_bottom(nb):
 def test_notebook_is_in_the_table_of_contents(nb):
     toc = (ROOT / "_toc.yml").read_text()
     assert f"book/{nb.stem}" in toc
+
+
+def markdown_text(nb_path):
+    cells = json.loads(nb_path.read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+def referenced_chapters(text):
+    """Chapter numbers and appendix letters a text refers to ("chapter 7", "chapters 2–5",
+    "chapters 4 and 7", "appendix A")."""
+    found = set()
+    for m in re.finditer(r"[Cc]hapters? (\d+)(?:\s*(?:–|-|to)\s*(\d+))?((?:(?:, | and )\d+)*)",
+                         text):
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        found |= {f"{n:02d}" for n in range(lo, hi + 1)}
+        found |= {f"{int(n):02d}" for n in re.findall(r"\d+", m.group(3))}
+    found |= {f"{m.group(1)}1" for m in re.finditer(r"[Aa]ppendix ([A-Z])\b", text)}
+    return found
+
+
+def test_cross_references_point_to_pages_in_the_toc():
+    toc = (ROOT / "_toc.yml").read_text()
+    pages = set(re.findall(r"file: book/(\w\w)_", toc))
+    for path in NOTEBOOKS + [ROOT / "book" / "intro.md"]:
+        text = markdown_text(path) if path.suffix == ".ipynb" else path.read_text()
+        missing = referenced_chapters(text) - pages
+        assert not missing, f"{path.name} refers to pages not in the book: {sorted(missing)}"
+
+
+def test_reference_finder_sees_each_form():
+    assert referenced_chapters("chapter 7, chapters 2–5 and appendix A") == \
+        {"07", "02", "03", "04", "05", "A1"}
+    assert referenced_chapters("chapters 4 and 7") == {"04", "07"}
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_build_noise_in_stored_outputs(nb):
+    """Build progress is one whole line per build (never a partial line that splits a cell's
+    output into boxes), and compiler warnings or ninja logs never reach a stored output."""
+    for c in json.loads(nb.read_text())["cells"]:
+        for o in c.get("outputs", []):
+            if o["output_type"] != "stream":
+                continue
+            text = "".join(o["text"])
+            assert text.endswith("\n"), f"{nb.name}: a partial line {text[-60:]!r}"
+            assert "ninja" not in text.lower() or "no work to do" in text, nb.name
+            assert "warning:" not in text.lower(), nb.name

@@ -140,7 +140,6 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
     full_name = f"{name}_{backend}_{key}"
     if backend == "cuda":
         _write_kernel_file(full_name, src_name, cuda, verbose)
-    print(f"compiling {name} for {target} …", end="", flush=True)
     start = time.perf_counter()
     env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if backend == "cuda":   # one architecture compiles fastest
@@ -155,7 +154,6 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
                 extra_include_paths=[str(p) for p in (*includes, INCLUDE_DIR, KERNEL_DIR)],
                 with_cuda=backend == "cuda", no_implicit_headers=True, verbose=verbose)
     except (RuntimeError, ImportError) as e:
-        print(" failed")
         raise CompileError(f"compiling {name} failed:\n{_short_error(str(e), cuda, src_name)}") from None
     finally:
         if backend == "cuda":
@@ -163,7 +161,8 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
                 os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
             else:
                 os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
-    print(f" {time.perf_counter() - start:.1f} s")
+    # One line, printed once the build is done, so that it never splits a cell's output.
+    print(f"compiled {name} for {target} in {time.perf_counter() - start:.1f} s")
     return module
 
 
