@@ -24,6 +24,7 @@ def test_static_figures_and_widgets_build():
     fig = ab.widgets.mask_explorer_figure([("causal", 3, 5, dict(causal=True)), ("window", 4, 4, dict(window=2))])
     assert [im.get_array().sum() for ax in fig.axes for im in ax.get_images()] == [
         ab.masks.allowed(3, 5, causal=True).sum().item(), ab.masks.allowed(4, 4, window=2).sum().item()]
-    assert len(ab.widgets.online_softmax_stepper([1.0, 2.0]).children) == 2
+    stepper = ab.widgets.online_softmax_stepper([1.0, 2.0, 3.0, 0.0])
+    assert len(stepper.children) == 2 and stepper.children[0].value == 2   # not the empty state
     assert len(ab.widgets.mask_explorer().children) == 2
     matplotlib.pyplot.close("all")

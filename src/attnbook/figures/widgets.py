@@ -53,8 +53,9 @@ def online_softmax_figure(x, steps):
     return fig
 
 
-def online_softmax_stepper(x):
-    """A slider over k = 0 … len(x) that redraws :func:`draw_online_step`."""
+def online_softmax_stepper(x, start=None):
+    """A slider over k = 0 … len(x) that redraws :func:`draw_online_step`. It opens at
+    ``start`` (default: half the row, so that seen and unseen elements both show)."""
     import ipywidgets as widgets
     out = widgets.Output()
 
@@ -66,9 +67,10 @@ def online_softmax_stepper(x):
             ax.legend(fontsize=8, loc="upper right")
             plt.show()
 
-    slider = widgets.IntSlider(value=0, min=0, max=len(x), description="elements k")
+    start = len(x) // 2 if start is None else start
+    slider = widgets.IntSlider(value=start, min=0, max=len(x), description="elements k")
     slider.observe(lambda change: show(change["new"]), names="value")
-    show(0)
+    show(start)
     return widgets.VBox([slider, out])
 
 
