@@ -15,6 +15,6 @@ from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, Attention, attention, flash_atten
                   gemm, softmax)
 from .reference import attention_reference, expand_kv, flash_attention_tiles, masks
 from .toolchain import (CompileError, compile, default_backend, describe_machine, has_gpu,
-                        kernel_source, ptxas_report, thread_order)
+                        kernel_source, occupancy, ptxas_report, thread_order)
 
 __version__ = "0.1.0"

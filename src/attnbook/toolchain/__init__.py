@@ -5,4 +5,5 @@ from .compile import (CompileError, INCLUDE_DIR, KERNEL_DIR, compile, default_ba
                       kernel_source, package_module)
 from .emulator import thread_order
 from .machine import describe_machine, has_gpu
+from .occupancy import occupancy
 from .ptxas import find_nvcc, ptxas_report

@@ -1,0 +1,39 @@
+"""The occupancy rules against values of CUDA's occupancy calculator, and the diagrams."""
+import matplotlib
+import pytest
+
+import attnbook as ab
+from attnbook.figures import diagrams
+
+matplotlib.use("Agg")
+
+
+@pytest.mark.parametrize("regs,smem,threads,arch,blocks,bound,occupancy", [
+    (32, 0, 256, "sm_80", 8, "registers", 1.0),          # 1024 registers a warp: 64 warps
+    (64, 0, 128, "sm_80", 8, "registers", 0.5),
+    (232, 16384, 64, "sm_80", 4, "registers", 0.125),    # chapter 7's kernel at d = 64
+    (32, 48 * 1024, 256, "sm_80", 3, "shared memory", 0.375),   # 49 KB + 1 KB reserved
+    (32, 0, 256, "sm_75", 4, "threads", 1.0),            # Turing: 1024 threads an SM
+    (16, 0, 32, "sm_90", 32, "blocks", 0.5),             # at most 32 blocks an SM
+    (33, 0, 32, "sm_80", 32, "blocks", 0.5),             # 33 × 32 rounds up to 1280
+])
+def test_occupancy_calculator(regs, smem, threads, arch, blocks, bound, occupancy):
+    occ = ab.occupancy(regs, smem, threads, arch)
+    assert occ["blocks"] == blocks and bound in occ["bound_by"]
+    assert occ["occupancy"] == pytest.approx(occupancy)
+
+
+def test_occupancy_rejects_unknown_architectures():
+    with pytest.raises(ValueError, match="arch must be one of"):
+        ab.occupancy(32, 0, 256, "sm_99")
+
+
+def test_diagrams_draw():
+    assert len(diagrams.score_grid(sq=40, sk=56).patches) > 12     # 3 × 4 blocks and more
+    assert diagrams.gemm_tiles().patches and diagrams.flash_schedule().patches
+    ax = diagrams.roofline("A100-SXM4-80GB", points=[("x", 16.0, None), ("y", 100.0, 5.0)])
+    fp32 = ax.lines[0].get_ydata()
+    assert max(fp32) == pytest.approx(19.5)                       # the fp32 roof
+    bars = diagrams.occupancy_bars(232, 16384, 64).patches
+    assert [b.get_height() for b in bars[:3]] == [4, 4, 4]        # registers, per arch
+    matplotlib.pyplot.close("all")
