@@ -8,7 +8,7 @@ The subpackages name the layers, each using only those listed before it:
 ``toolchain`` (kernel text to a Python callable), ``kernels`` (the CUDA sources),
 ``reference`` (exact PyTorch), ``ops`` (the registered torch ops), ``bench``, ``figures``.
 """
-from . import bench, figures, ops, reference, toolchain
+from . import bench, exercises, figures, ops, reference, toolchain
 from .bench import peak_memory
 from .figures import plots, show_kernel, show_source, widgets
 from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, Attention, attention, flash_attention_fp32,

@@ -1,0 +1,107 @@
+"""Exercises: a kernel skeleton the reader completes, and one call that grades it.
+
+    print(ab.exercises.grade("relu_grid_stride", MY_KERNEL))
+
+The reader writes the ``__global__`` kernel (and any ``__device__`` helpers); the exercise
+adds a fixed host launcher and torch wrapper, compiles the text with :func:`attnbook.compile`
+and runs it on inputs chosen to catch the usual mistakes (sizes off the block size, one
+element, long rows). Without a GPU every case runs on the emulator under the forward,
+reverse and shuffled thread orders, so a missing barrier shows; on a GPU each case runs once
+and the report adds the kernel's time next to PyTorch's. The report says which case failed,
+under which order, and by how much.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import torch
+
+from ..toolchain import CompileError, compile, has_gpu, thread_order
+from .catalog import EXERCISES
+
+__all__ = ["grade", "skeleton", "GradeReport", "EXERCISES"]
+
+ORDERS = (("forward", 0), ("reverse", 0), ("shuffle", 3))
+
+
+@dataclass
+class GradeReport:
+    exercise: str
+    passed: bool
+    lines: list = field(default_factory=list)
+
+    def __str__(self):
+        head = f"{self.exercise}: {'passed' if self.passed else 'not yet'}"
+        return "\n".join([head] + [f"  {line}" for line in self.lines])
+
+
+def skeleton(name: str) -> str:
+    """The kernel text the reader starts from."""
+    return _exercise(name).skeleton
+
+
+def _exercise(name):
+    if name not in EXERCISES:
+        raise ValueError(f"no exercise {name!r}; there are {sorted(EXERCISES)}")
+    return EXERCISES[name]
+
+
+def _first_difference(got, want, rtol, atol):
+    """A sentence on where ``got`` and ``want`` first differ, or None if they agree."""
+    if got.shape != want.shape:
+        return f"shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    bad = ~torch.isclose(got.double(), want.double(), rtol=rtol, atol=atol, equal_nan=True)
+    if not bad.any():
+        return None
+    where = tuple(int(i) for i in bad.nonzero()[0])
+    err = (got.double() - want.double()).abs().nan_to_num(float("inf")).max().item()
+    return (f"{int(bad.sum())} of {bad.numel()} values wrong; first at index {where}: "
+            f"{got[where].item():.6g}, expected {want[where].item():.6g} "
+            f"(max error {err:.3g})")
+
+
+def grade(name: str, source: str, *, backend: str | None = None) -> GradeReport:
+    """Compile the reader's ``source`` for exercise ``name`` and check it on every case."""
+    ex = _exercise(name)
+    backend = backend or ("cuda" if has_gpu() else "emulator")
+    device = "cuda" if backend == "cuda" else "cpu"
+    tag = hashlib.sha256(source.encode()).hexdigest()[:8]
+    try:
+        module = compile(f"exercise_{name}_{tag}", source + ex.launcher, ex.wrapper,
+                         [ex.function], backend=backend)
+    except CompileError as e:
+        return GradeReport(name, False, ["does not compile:", *str(e).splitlines()[1:]])
+    fn = getattr(module, ex.function)
+    orders = ORDERS if backend == "emulator" else (None,)
+    for case, inputs in ex.cases():
+        inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs]
+        want = ex.reference(*inputs)
+        for order in orders:
+            try:
+                if order is None:
+                    got = fn(*inputs)
+                else:
+                    with thread_order(*order):
+                        got = fn(*inputs)
+            except RuntimeError as e:
+                return GradeReport(name, False, [f"case {case}: the kernel failed: {e}"])
+            wrong = _first_difference(got, want, ex.rtol, ex.atol)
+            if wrong:
+                under = f" under thread order '{order[0]}'" if order else ""
+                return GradeReport(name, False, [f"case {case}{under}: {wrong}"])
+    checked = f"{len(ex.cases())} cases" + (f" × {len(orders)} thread orders"
+                                            if backend == "emulator" else "")
+    lines = [f"correct on {checked}"]
+    if backend == "cuda":
+        lines.append(_timing(fn, ex, device))
+    return GradeReport(name, True, lines)
+
+
+def _timing(fn, ex, device):
+    from ..bench.harness import time_cuda
+    case, inputs = ex.cases()[-1]
+    inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs]
+    mine = time_cuda(lambda: fn(*inputs))["median_ms"]
+    torch_ms = time_cuda(lambda: ex.reference(*inputs))["median_ms"]
+    return f"case {case}: {mine:.3f} ms, PyTorch {torch_ms:.3f} ms"

@@ -1,0 +1,212 @@
+"""The exercises of chapters 2–5 and 7: what the reader writes, and how it is called and
+checked. Outputs start as NaN, so a value the kernel never writes shows as wrong."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..reference import masks
+
+__all__ = ["Exercise", "EXERCISES"]
+
+
+@dataclass
+class Exercise:
+    chapter: str
+    skeleton: str      # the kernel the reader completes
+    launcher: str      # CUDA host code appended to the reader's text
+    wrapper: str       # the torch-facing C++ (see attnbook.compile)
+    function: str      # the wrapper's function
+    cases: Callable    # () -> [(description, [inputs])]
+    reference: Callable
+    rtol: float = 1e-5
+    atol: float = 1e-6
+
+
+def _randn(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+# ---- chapter 2: a grid-stride loop ----------------------------------------------------------
+RELU = Exercise(
+    chapter="02",
+    skeleton=r"""
+// y = max(x, 0) for n elements. The launch has a fixed grid of 4 blocks of 64 threads,
+// whatever n is: walk the array with a grid-stride loop.
+__global__ void relu(const float* x, float* y, int n) {
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_relu(const float* x, float* y, int n, cudaStream_t stream) {
+  relu<<<4, 64, 0, stream>>>(x, y, n);
+}
+""",
+    wrapper=r"""
+void launch_relu(const float*, float*, int, cudaStream_t);
+at::Tensor relu_of(at::Tensor x) {
+  attnbook::check_tensor(x, "x", at::kFloat);
+  at::Tensor y = x.new_full(x.sizes(), NAN);
+  launch_relu(x.data_ptr<float>(), y.data_ptr<float>(), int(x.numel()), attnbook::stream());
+  attnbook::check_launch();
+  return y;
+}
+""",
+    function="relu_of",
+    cases=lambda: [(f"n = {n}", [_randn(n, seed=n)]) for n in (1, 255, 256, 257, 1000)],
+    reference=lambda x: x.clamp(min=0),
+)
+
+# ---- chapter 3: a block reduction in shared memory --------------------------------------------
+ROW_MAX = Exercise(
+    chapter="03",
+    skeleton=r"""
+// out[r] = max of row r of x ([rows, n]). One block of 256 threads per row: each thread
+// folds x[r][t], x[r][t + 256], ... into one value, then the block halves the 256 values
+// in shared memory until one is left.
+__global__ void row_max(const float* x, float* out, int n) {
+  __shared__ float buf[256];
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_row_max(const float* x, float* out, int rows, int n, cudaStream_t stream) {
+  row_max<<<rows, 256, 0, stream>>>(x, out, n);
+}
+""",
+    wrapper=r"""
+void launch_row_max(const float*, float*, int, int, cudaStream_t);
+at::Tensor row_max_of(at::Tensor x) {
+  attnbook::check_tensor(x, "x", at::kFloat);
+  TORCH_CHECK(x.dim() == 2, "x must be [rows, n]");
+  at::Tensor out = x.new_full({x.size(0)}, NAN);
+  launch_row_max(x.data_ptr<float>(), out.data_ptr<float>(), int(x.size(0)), int(x.size(1)),
+                 attnbook::stream());
+  attnbook::check_launch();
+  return out;
+}
+""",
+    function="row_max_of",
+    cases=lambda: [(f"[{r}, {n}]", [_randn(r, n, seed=n)])
+                   for r, n in ((1, 1), (3, 100), (2, 256), (2, 700))],
+    reference=lambda x: x.amax(-1),
+)
+
+# ---- chapter 4: a transpose through a shared-memory tile ----------------------------------------
+TRANSPOSE = Exercise(
+    chapter="04",
+    skeleton=r"""
+// y = xᵀ for x [M, N] row-major. A block of 32 × 32 threads moves one 32 × 32 tile: it
+// reads the tile row by row (coalesced), and writes it back transposed, also row by row,
+// through a shared tile. Pad the tile to 33 columns to avoid bank conflicts.
+__global__ void transpose(const float* x, float* y, int M, int N) {
+  __shared__ float tile[32][33];
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_transpose(const float* x, float* y, int M, int N, cudaStream_t stream) {
+  transpose<<<dim3((N + 31) / 32, (M + 31) / 32), dim3(32, 32), 0, stream>>>(x, y, M, N);
+}
+""",
+    wrapper=r"""
+void launch_transpose(const float*, float*, int, int, cudaStream_t);
+at::Tensor transpose_of(at::Tensor x) {
+  attnbook::check_tensor(x, "x", at::kFloat);
+  TORCH_CHECK(x.dim() == 2, "x must be [M, N]");
+  at::Tensor y = x.new_full({x.size(1), x.size(0)}, NAN);
+  launch_transpose(x.data_ptr<float>(), y.data_ptr<float>(), int(x.size(0)),
+                   int(x.size(1)), attnbook::stream());
+  attnbook::check_launch();
+  return y;
+}
+""",
+    function="transpose_of",
+    cases=lambda: [(f"[{m}, {n}]", [_randn(m, n, seed=m)])
+                   for m, n in ((1, 1), (32, 32), (33, 70), (64, 5))],
+    reference=lambda x: x.t().contiguous(),
+    rtol=0.0, atol=0.0,
+)
+
+# ---- chapter 5: a mask rule -------------------------------------------------------------------
+WINDOW = Exercise(
+    chapter="05",
+    skeleton=r"""
+// The causal sliding window: query i (of Sq) may attend key j (of Sk) when j is at most
+// its position and fewer than w keys back. Positions are aligned bottom-right: query i
+// stands at position i + Sk - Sq. Write 0 where attention is allowed, -INFINITY elsewhere.
+__global__ void window_bias(float* bias, int Sq, int Sk, int w) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+  if (j >= Sk) return;
+  // TODO: bias[i * Sk + j] = ...
+}
+""",
+    launcher=r"""
+void launch_window(float* bias, int Sq, int Sk, int w, cudaStream_t stream) {
+  window_bias<<<dim3((Sk + 63) / 64, Sq), 64, 0, stream>>>(bias, Sq, Sk, w);
+}
+""",
+    wrapper=r"""
+void launch_window(float*, int, int, int, cudaStream_t);
+at::Tensor window_bias_of(at::Tensor like, int64_t Sq, int64_t Sk, int64_t w) {
+  at::Tensor bias = like.new_full({Sq, Sk}, NAN);
+  launch_window(bias.data_ptr<float>(), int(Sq), int(Sk), int(w), attnbook::stream());
+  attnbook::check_launch();
+  return bias;
+}
+""",
+    function="window_bias_of",
+    cases=lambda: [(f"Sq = {sq}, Sk = {sk}, w = {w}", [torch.empty(0), sq, sk, w])
+                   for sq, sk, w in ((5, 5, 2), (3, 10, 4), (10, 4, 3), (1, 70, 65))],
+    reference=lambda like, sq, sk, w: masks.bias(1, 1, sq, sk, causal=True, window=w,
+                                                 device=like.device)[0, 0],
+    rtol=0.0, atol=0.0,
+)
+
+# ---- chapter 7: the online softmax of one row, with its values ---------------------------------
+ONLINE_ROW = Exercise(
+    chapter="07",
+    skeleton=r"""
+// o[r] = softmax(s[r]) · v for scores s [R, n] and values v [n, D] (D ≤ 64): one thread per
+// row, one pass over the keys, keeping the running max m, the running sum l and the
+// unnormalised output acc, rescaled by e^(m_old - m_new) whenever the max grows. Divide
+// by l at the end.
+__global__ void online_row(const float* s, const float* v, float* o, int R, int n, int D) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= R) return;
+  float acc[64];
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_online_row(const float* s, const float* v, float* o, int R, int n, int D,
+                       cudaStream_t stream) {
+  online_row<<<(R + 63) / 64, 64, 0, stream>>>(s, v, o, R, n, D);
+}
+""",
+    wrapper=r"""
+void launch_online_row(const float*, const float*, float*, int, int, int, cudaStream_t);
+at::Tensor online_row_of(at::Tensor s, at::Tensor v) {
+  attnbook::check_tensor(s, "s", at::kFloat);
+  attnbook::check_tensor(v, "v", at::kFloat);
+  TORCH_CHECK(s.dim() == 2 && v.dim() == 2 && v.size(0) == s.size(1) && v.size(1) <= 64,
+              "s must be [R, n] and v [n, D] with D <= 64");
+  at::Tensor o = s.new_full({s.size(0), v.size(1)}, NAN);
+  launch_online_row(s.data_ptr<float>(), v.data_ptr<float>(), o.data_ptr<float>(),
+                    int(s.size(0)), int(s.size(1)), int(v.size(1)), attnbook::stream());
+  attnbook::check_launch();
+  return o;
+}
+""",
+    function="online_row_of",
+    cases=lambda: [(f"R = {r}, n = {n}, D = {d}",
+                    [_randn(r, n, seed=n) * scale, _randn(n, d, seed=d)])
+                   for r, n, d, scale in ((1, 1, 1, 1.0), (3, 17, 8, 1.0), (70, 40, 64, 30.0))],
+    reference=lambda s, v: torch.softmax(s.double(), -1).float() @ v,
+    rtol=1e-4, atol=1e-5,
+)
+
+EXERCISES = {"relu_grid_stride": RELU, "row_max": ROW_MAX, "transpose_tile": TRANSPOSE,
+             "causal_window": WINDOW, "online_row": ONLINE_ROW}

@@ -1,0 +1,83 @@
+"""A solution and a planted wrong answer for every exercise (the notebooks show the same
+solutions in collapsed cells)."""
+
+SOLUTIONS = {
+    "relu_grid_stride": r"""
+__global__ void relu(const float* x, float* y, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    y[i] = fmaxf(x[i], 0.f);
+}
+""",
+    "row_max": r"""
+__global__ void row_max(const float* x, float* out, int n) {
+  __shared__ float buf[256];
+  const int t = threadIdx.x;
+  const float* xr = x + (size_t)blockIdx.x * n;
+  float m = -INFINITY;
+  for (int j = t; j < n; j += 256) m = fmaxf(m, xr[j]);
+  buf[t] = m;
+  __syncthreads();
+  for (int half = 128; half > 0; half /= 2) {
+    if (t < half) buf[t] = fmaxf(buf[t], buf[t + half]);
+    __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = buf[0];
+}
+""",
+    "transpose_tile": r"""
+__global__ void transpose(const float* x, float* y, int M, int N) {
+  __shared__ float tile[32][33];
+  const int c = blockIdx.x * 32 + threadIdx.x, r = blockIdx.y * 32 + threadIdx.y;
+  if (r < M && c < N) tile[threadIdx.y][threadIdx.x] = x[(size_t)r * N + c];
+  __syncthreads();
+  const int yr = blockIdx.x * 32 + threadIdx.y, yc = blockIdx.y * 32 + threadIdx.x;
+  if (yr < N && yc < M) y[(size_t)yr * M + yc] = tile[threadIdx.x][threadIdx.y];
+}
+""",
+    "causal_window": r"""
+__global__ void window_bias(float* bias, int Sq, int Sk, int w) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+  if (j >= Sk) return;
+  const int pos = i + Sk - Sq;
+  bias[i * Sk + j] = j <= pos && pos - j < w ? 0.f : -INFINITY;
+}
+""",
+    "online_row": r"""
+__global__ void online_row(const float* s, const float* v, float* o, int R, int n, int D) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= R) return;
+  float acc[64];
+  const float* sr = s + (size_t)r * n;
+  float m = -INFINITY, l = 0.f;
+  for (int d = 0; d < D; ++d) acc[d] = 0.f;
+  for (int j = 0; j < n; ++j) {
+    const float m_new = fmaxf(m, sr[j]);
+    const float alpha = expf(m - m_new), p = expf(sr[j] - m_new);
+    l = l * alpha + p;
+    for (int d = 0; d < D; ++d) acc[d] = acc[d] * alpha + p * v[j * D + d];
+    m = m_new;
+  }
+  for (int d = 0; d < D; ++d) o[(size_t)r * D + d] = acc[d] / l;
+}
+""",
+}
+
+# (what is wrong, the text change that plants it, what the report must say)
+PLANTED = {
+    "relu_grid_stride": ("no grid-stride loop",
+                         ("for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+                          "i += gridDim.x * blockDim.x)",
+                          "int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n)"),
+                         "case n = 257"),
+    "row_max": ("no barrier between the halving steps",
+                ("    if (t < half) buf[t] = fmaxf(buf[t], buf[t + half]);\n"
+                 "    __syncthreads();",
+                 "    if (t < half) buf[t] = fmaxf(buf[t], buf[t + half]);"),
+                "under thread order"),
+    "transpose_tile": ("no barrier between loading the tile and reading it",
+                       ("  __syncthreads();\n", ""), "under thread order"),
+    "causal_window": ("positions aligned top-left", ("const int pos = i + Sk - Sq;",
+                                                      "const int pos = i;"), "Sq = 3, Sk = 10"),
+    "online_row": ("the paper's inverted rescaling", ("expf(m - m_new), p",
+                                                       "expf(m_new - m), p"), "R = 1"),
+}
