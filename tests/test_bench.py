@@ -126,3 +126,37 @@ def test_peak_memory_counts_what_the_call_allocates():
     assert peak == q.numel() * 4 + 2 * 64 * 64 * 4
     peak, _ = ab.peak_memory(lambda: ab.attention(q, q, q), "cpu")
     assert peak == q.numel() * 4 + 2 * 64 * 4          # o and the log-sum-exp
+
+
+def test_recorded_results_ship_in_the_wheel(tmp_path):
+    """Results are package data: an installed wheel (a Colab reader's pip install) finds
+    them, and the kernels and emulator headers come along."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+    root = pathlib.Path(__file__).resolve().parents[1]
+    src = tmp_path / "src"
+    shutil.copytree(root, src, ignore=shutil.ignore_patterns(".git", "_build", "*.ipynb",
+                                                             "__pycache__", "*.egg-info"))
+    results = src / "src" / "attnbook" / "bench" / "results" / "99"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "Tesla_T4.json").write_text(json.dumps(fake_result("99").__dict__))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path / "dist"), str(src)], check=True)
+    (wheel,) = (tmp_path / "dist").glob("attnbook-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for needed in ("attnbook/bench/results/99/Tesla_T4.json", "attnbook/kernels/flash_fp32.cu",
+                   "attnbook/kernels/mask.cuh", "attnbook/toolchain/include/attnbook_torch.h",
+                   "attnbook/toolchain/include/emulator/cassert"):
+        assert needed in names, needed
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                    str(site), str(wheel)], check=True)
+    env = dict(os.environ, PYTHONPATH=str(site))
+    env.pop("ATTNBOOK_RESULTS", None)
+    out = subprocess.run([sys.executable, "-c", "import attnbook as ab; "
+                          "print(ab.__file__); print(ab.bench.load('99')[0].machine['gpu'])"],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [str(site / "attnbook" / "__init__.py"), "Tesla T4"]
