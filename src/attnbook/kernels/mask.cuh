@@ -4,7 +4,8 @@
 #include "mask_params.h"
 
 // True if query i (of Sq) may attend key j (of Sk) in batch b.
-__device__ __forceinline__ bool admitted(const MaskParams& m, int b, int i, int j, int Sq, int Sk) {
+__device__ __forceinline__ bool admitted(const MaskParams& m, int b, int i, int j,
+                                         int Sq, int Sk) {
   const int pos = i + Sk - Sq;
   if (m.causal && j > pos) return false;
   if (m.stride > 0 && j % m.stride != 0) return false;
@@ -13,11 +14,12 @@ __device__ __forceinline__ bool admitted(const MaskParams& m, int b, int i, int 
   return true;
 }
 
-// The score after masking: -inf where not admitted or where the additive mask is -inf, so a
-// masked key never contributes, whatever its dot product (NaN or inf in k included); otherwise
-// the score plus the additive mask, NaN and +inf propagating as in PyTorch.
-__device__ __forceinline__ float masked_score(const MaskParams& m, float s, int b, int h,
-                                              int i, int j, int Sq, int Sk) {
+// The score after masking: -inf where not admitted or where the additive mask is -inf,
+// so a masked key never contributes, whatever its dot product (NaN or inf in k
+// included); otherwise the score plus the additive mask, NaN and +inf propagating as in
+// PyTorch.
+__device__ __forceinline__ float masked_score(const MaskParams& m, float s, int b,
+                                              int h, int i, int j, int Sq, int Sk) {
   if (!admitted(m, b, i, j, Sq, Sk)) return -INFINITY;
   if (m.bias) {
     const float bias = m.bias[b * m.bs0 + h * m.bs1 + i * m.bs2 + j * m.bs3];
@@ -26,11 +28,13 @@ __device__ __forceinline__ float masked_score(const MaskParams& m, float s, int 
   return s;
 }
 
-// Keys [*begin, *end) hold every key that query rows [row_lo, row_hi] of batch b may attend:
-// a fused kernel loads only the tiles in this range (the rest of the row is masked anyway).
-__device__ __forceinline__ void admitted_key_range(const MaskParams& m, int b, int row_lo, int row_hi,
-                                                   int Sq, int Sk, int* begin, int* end) {
-  const int lo = row_lo + Sk - Sq, hi = row_hi + Sk - Sq;   // positions of the first and last row
+// Keys [*begin, *end) hold every key that query rows [row_lo, row_hi] of batch b may
+// attend: a fused kernel loads only the tiles in this range (the rest of the row is
+// masked anyway).
+__device__ __forceinline__ void admitted_key_range(const MaskParams& m, int b,
+                                                   int row_lo, int row_hi, int Sq,
+                                                   int Sk, int* begin, int* end) {
+  const int lo = row_lo + Sk - Sq, hi = row_hi + Sk - Sq;   // first and last positions
   int first = 0, last = Sk;                                  // exclusive end
   if (m.causal) last = min(last, hi + 1);
   if (m.window > 0) {
@@ -44,8 +48,9 @@ __device__ __forceinline__ void admitted_key_range(const MaskParams& m, int b, i
 
 // True if every query of rows [row_lo, row_hi] may attend every key of [j0, j1) with no
 // additive term: such a tile needs no per-element mask.
-__device__ __forceinline__ bool tile_unmasked(const MaskParams& m, int b, int row_lo, int row_hi, int j0,
-                                              int j1, int Sq, int Sk) {
+__device__ __forceinline__ bool tile_unmasked(const MaskParams& m, int b, int row_lo,
+                                              int row_hi, int j0, int j1, int Sq,
+                                              int Sk) {
   const int lo = row_lo + Sk - Sq, hi = row_hi + Sk - Sq;
   if (m.bias || m.stride > 1 || j1 > Sk) return false;
   if (m.key_lengths && j1 > m.key_lengths[b]) return false;

@@ -1,26 +1,28 @@
-// Row softmax y = softmax(x) over the last dimension of a [rows, n] row-major matrix, in the
-// order chapter 3 builds it up. Each version reads x from global memory and writes y once;
-// they differ in how the two reductions of a row (its max m and its sum l = Σ exp(x − m)) are
-// shared among threads, and in how many times x is read: three times by the first four kernels
-// (max, sum, write), twice by the online one (max and sum together, then write).
+// Row softmax y = softmax(x) over the last dimension of a [rows, n] row-major matrix,
+// in the order chapter 3 builds it up. Each version reads x from global memory and
+// writes y once; they differ in how the two reductions of a row (its max m and its sum
+// l = Σ exp(x − m)) are shared among threads, and in how many times x is read: three
+// times by the first four kernels (max, sum, write), twice by the online one (max and
+// sum together, then write).
 //
-// A row whose entries are all −inf (a query with no admissible key) becomes all zeros; a row
-// holding NaN or +inf becomes NaN, as in torch.softmax. x and y may be the same buffer: a
-// thread writes y[j] only after the row's reductions and only for the j it has just read.
+// A row whose entries are all −inf (a query with no admissible key) becomes all zeros;
+// a row holding NaN or +inf becomes NaN, as in torch.softmax. x and y may be the same
+// buffer: a thread writes y[j] only after the row's reductions and only for the j it
+// has just read.
 #pragma once
 #include <cmath>
 
 #include "max_nan.cuh"
 
-// y = e^(x - m) / l, with the empty row (l = 0, every x = -inf) as zeros. NaN in l or m (a
-// NaN or +inf in the row) gives NaN.
+// y = e^(x - m) / l, with the empty row (l = 0, every x = -inf) as zeros. NaN in l or m
+// (a NaN or +inf in the row) gives NaN.
 __device__ __forceinline__ float normalized(float x, float m, float l) {
   return l == 0.f ? 0.f : expf(x - m) / l;
 }
 
-// One thread per row: simple, but a row is read by one thread only, so a block's neighbouring
-// threads read addresses n floats apart (no coalescing) and rows < a few thousand leave the GPU
-// mostly idle.
+// One thread per row: simple, but a row is read by one thread only, so a block's
+// neighbouring threads read addresses n floats apart (no coalescing) and rows < a few
+// thousand leave the GPU mostly idle.
 __global__ void softmax_rows_naive(const float* x, float* y, int rows, int n) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
@@ -33,9 +35,10 @@ __global__ void softmax_rows_naive(const float* x, float* y, int rows, int n) {
   for (int j = 0; j < n; ++j) yr[j] = normalized(xr[j], m, l);
 }
 
-// One block per row, reductions as a tree in shared memory. Threads stride the row together
-// (consecutive threads, consecutive addresses), each folds its elements into one value, then
-// log2(BLOCK) halving steps combine the BLOCK partial values, a barrier after each step.
+// One block per row, reductions as a tree in shared memory. Threads stride the row
+// together (consecutive threads, consecutive addresses), each folds its elements into
+// one value, then log2(BLOCK) halving steps combine the BLOCK partial values, a barrier
+// after each step.
 template <int BLOCK>
 __global__ void softmax_block_tree(const float* x, float* y, int n) {
   __shared__ float buf[BLOCK];
@@ -67,18 +70,22 @@ __global__ void softmax_block_tree(const float* x, float* y, int n) {
   for (int j = t; j < n; j += BLOCK) yr[j] = normalized(xr[j], m, l);
 }
 
-// Reductions inside a warp need neither shared memory nor barriers: __shfl_xor_sync hands each
-// lane the value of lane ^ offset, and after offsets 16, 8, 4, 2, 1 every lane holds the result.
+// Reductions inside a warp need neither shared memory nor barriers: __shfl_xor_sync
+// hands each lane the value of lane ^ offset, and after offsets 16, 8, 4, 2, 1 every
+// lane holds the result.
 __device__ __forceinline__ float warp_max(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 __device__ __forceinline__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = 16; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 
-// One warp per row, blockDim = (32, rows per block): fine for rows up to a few thousand.
+// One warp per row, blockDim = (32, rows per block): fine for rows up to a few
+// thousand.
 __global__ void softmax_warp(const float* x, float* y, int rows, int n) {
   const int r = blockIdx.x * blockDim.y + threadIdx.y, lane = threadIdx.x;
   if (r >= rows) return;   // whole warps leave together, so the shuffles stay full-warp
@@ -95,9 +102,9 @@ __global__ void softmax_warp(const float* x, float* y, int rows, int n) {
 }
 
 // A block-wide reduction built from warp reductions: each warp reduces its 32 values by
-// shuffles, lane 0 of each warp leaves the result in `scratch`, and every thread then combines
-// the BLOCK/32 partial results. Two barriers: scratch is complete before it is read, and read
-// by all before the caller's next reduction overwrites it.
+// shuffles, lane 0 of each warp leaves the result in `scratch`, and every thread then
+// combines the BLOCK/32 partial results. Two barriers: scratch is complete before it is
+// read, and read by all before the caller's next reduction overwrites it.
 template <int BLOCK, class T, class Warp, class Op>
 __device__ __forceinline__ T block_reduce(T v, T* scratch, Warp warp_op, Op op) {
   v = warp_op(v);
@@ -117,11 +124,13 @@ __global__ void softmax_block_warps(const float* x, float* y, int n) {
   float* yr = y + size_t(blockIdx.x) * n;
   float m = -INFINITY;
   for (int j = threadIdx.x; j < n; j += BLOCK) m = max_nan(m, xr[j]);
-  m = block_reduce<BLOCK>(m, scratch, [](float v) { return warp_max(v); }, [](float a, float b) { return max_nan(a, b); });
+  m = block_reduce<BLOCK>(m, scratch, [](float v) { return warp_max(v); },
+                          [](float a, float b) { return max_nan(a, b); });
   float l = 0.f;
   if (m != -INFINITY)
     for (int j = threadIdx.x; j < n; j += BLOCK) l += expf(xr[j] - m);
-  l = block_reduce<BLOCK>(l, scratch, [](float v) { return warp_sum(v); }, [](float a, float b) { return a + b; });
+  l = block_reduce<BLOCK>(l, scratch, [](float v) { return warp_sum(v); },
+                          [](float a, float b) { return a + b; });
   for (int j = threadIdx.x; j < n; j += BLOCK) yr[j] = normalized(xr[j], m, l);
 }
 
@@ -130,9 +139,10 @@ struct MaxSum {
   float m, l;
 };
 
-// State of the union of two disjoint sets. Each sum is rescaled to the larger max; an empty
-// side (m = −inf, l = 0) leaves the other unchanged. Associative and commutative, so partial
-// states may be merged in any grouping: per thread, then across a warp, then across warps.
+// State of the union of two disjoint sets. Each sum is rescaled to the larger max; an
+// empty side (m = −inf, l = 0) leaves the other unchanged. Associative and commutative,
+// so partial states may be merged in any grouping: per thread, then across a warp, then
+// across warps.
 __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   const float m = max_nan(a.m, b.m);
   if (m == -INFINITY) return {m, 0.f};
@@ -140,24 +150,28 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
 }
 __device__ __forceinline__ MaxSum warp_merge(MaxSum s) {
   for (int offset = 16; offset > 0; offset /= 2)
-    s = merge(s, {__shfl_xor_sync(0xffffffffu, s.m, offset), __shfl_xor_sync(0xffffffffu, s.l, offset)});
+    s = merge(s, {__shfl_xor_sync(0xffffffffu, s.m, offset),
+                  __shfl_xor_sync(0xffffffffu, s.l, offset)});
   return s;
 }
 
-// One block of warps per row, online: one pass over x folds each element into (m, l), so x is
-// read twice in all (once for the state, once to write y) instead of three times.
+// One block of warps per row, online: one pass over x folds each element into (m, l),
+// so x is read twice in all (once for the state, once to write y) instead of three
+// times.
 template <int BLOCK>
 __global__ void softmax_online(const float* x, float* y, int n) {
   __shared__ MaxSum scratch[BLOCK / 32];
   const float* xr = x + size_t(blockIdx.x) * n;
   float* yr = y + size_t(blockIdx.x) * n;
   MaxSum s{-INFINITY, 0.f};
-  for (int j = threadIdx.x; j < n; j += BLOCK) s = merge(s, {xr[j], 1.f});   // one element: (x, 1)
-  s = block_reduce<BLOCK>(s, scratch, [](MaxSum v) { return warp_merge(v); }, [](MaxSum a, MaxSum b) { return merge(a, b); });
+  for (int j = threadIdx.x; j < n; j += BLOCK) s = merge(s, {xr[j], 1.f});   // (x, 1)
+  s = block_reduce<BLOCK>(s, scratch, [](MaxSum v) { return warp_merge(v); },
+                          [](MaxSum a, MaxSum b) { return merge(a, b); });
   for (int j = threadIdx.x; j < n; j += BLOCK) yr[j] = normalized(xr[j], s.m, s.l);
 }
 
 // Host side: the kernel the book uses for attention (online, 256 threads per row).
-inline void softmax_rows(const float* x, float* y, int rows, int n, cudaStream_t stream) {
+inline void softmax_rows(const float* x, float* y, int rows, int n,
+                         cudaStream_t stream) {
   if (rows > 0) softmax_online<256><<<rows, 256, 0, stream>>>(x, y, n);
 }
