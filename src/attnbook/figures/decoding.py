@@ -34,7 +34,7 @@ def plot_roofline(gpus=("T4", "A100"), batches=(1, 8, 64, 256), d_model=4096, ax
     fp16 weights: intensity ≈ B)."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.2))
-    xs = [2.0 ** e for e in range(-2, 12)]
+    xs = [2.0 ** (e / 8) for e in range(-16, 97)]
     for gpu, style in zip(gpus, ("-", "--", ":")):
         p = _peaks(gpu)
         ridge = p["fp16_tflops"] * 1e12 / (p["bandwidth_gbs"] * 1e9)
@@ -46,16 +46,16 @@ def plot_roofline(gpus=("T4", "A100"), batches=(1, 8, 64, 256), d_model=4096, ax
     def attainable(i):
         return min(p["fp16_tflops"], i * bw)
 
+    for g, color in ((1, "tab:red"), (4, "tab:orange")):
+        i = decode_intensity(g, 1)
+        ax.plot(i, attainable(i), "s", color=color, ms=9,
+                label=f"attention, G = {g}: every B")
     for n, b in enumerate(batches):
         gemm = 2 * b * d_model**2 / (2 * d_model**2 + 2 * 2 * b * d_model)
-        ax.plot(gemm, attainable(gemm), "o", color="tab:blue", ms=5 + 2 * n,
+        ax.plot(gemm, attainable(gemm), "o", color="tab:blue", ms=4 + 2 * n,
                 label="weights × B tokens" if n == 0 else None)
         ax.annotate(f"B={b}", (gemm, attainable(gemm)), textcoords="offset points",
                     xytext=(6, -10), fontsize=8, color="tab:blue")
-    for g, color in ((1, "tab:red"), (4, "tab:orange")):
-        i = decode_intensity(g, 1)
-        ax.plot(i, attainable(i), "s", color=color, ms=8,
-                label=f"attention, G = {g}: every B")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of memory traffic)")
