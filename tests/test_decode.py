@@ -72,6 +72,9 @@ CASES = {
                                     [49], [None, 2]),
     "contiguous fp32 queries before every key": (2, 2, 1, 3, 32, torch.float32, None,
                                                  False, True, 8, [0, 2], [1, 2]),
+    # 32 rows at D = 128: the block's shared memory is 48 KB, CUDA's limit without opt-in.
+    "paged bf16 multi-query, 32 heads": (1, 32, 1, 1, 128, torch.bfloat16, 16, True, True,
+                                         40, [33], [1, 2]),
 }
 
 
@@ -264,6 +267,38 @@ def test_meta_and_fake_tensors():
         assert o.shape == q.shape and o.dtype == torch.float16 and lse.dtype == torch.float32
     for name in ("kv_cache_append", "decode_attention"):
         assert hasattr(torch.ops.attnbook, name)
+
+
+def test_empty_shapes():
+    kc = torch.zeros(2, 2, 8, 32)
+    for q, lens in ((torch.zeros(2, 4, 0, 32), [1, 2]), (torch.zeros(0, 4, 1, 32), [])):
+        b = q.shape[0]
+        o = ab.attention_with_kvcache(q, kc[:b], kc[:b].clone(), cache_seqlens=torch.tensor(
+            lens, dtype=torch.int32))
+        assert o.shape == q.shape
+
+
+def test_registered_ops_under_torch_compile():
+    """The append declares that it mutates the caches: compiled with fullgraph, the two ops
+    give the same output and the same caches as eager."""
+    from attnbook.ops.decode import decode_attention
+    from attnbook.ops.kv_cache import kv_cache_append_op
+
+    def step(q, kc, vc, k, v, lens):
+        kv_cache_append_op(kc, vc, k, v, lens, None)
+        return decode_attention(q, kc, vc, lens, None, k.shape[2], 2, True, 0.125)[0] * 2
+
+    g = torch.Generator().manual_seed(4)
+    q, kc, vc = torch.randn(2, 4, 1, 64, generator=g), torch.randn(2, 2, 20, 64, generator=g), \
+        torch.randn(2, 2, 20, 64, generator=g)
+    k, v = torch.randn(2, 2, 1, 64, generator=g), torch.randn(2, 2, 1, 64, generator=g)
+    lens = torch.tensor([3, 9], dtype=torch.int32)
+    eager_k, eager_v = kc.clone(), vc.clone()
+    want = step(q, eager_k, eager_v, k, v, lens)
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    got = compiled(q, kc, vc, k, v, lens)
+    assert torch.equal(got, want) and torch.equal(kc, eager_k) and torch.equal(vc, eager_v)
 
 
 # ---- bad input: a clear error before any launch, the cache untouched ---------------------

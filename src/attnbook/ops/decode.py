@@ -118,7 +118,7 @@ def num_splits_heuristic(blocks: int, key_chunks: int, num_sms: int,
     partly idle; its efficiency is waves / ceil(waves). Take the smallest s within 85% of
     the best efficiency (more splits mean more partial states to write and merge),
     skipping any s that gives the same chunk size as s − 1."""
-    if blocks >= 0.8 * num_sms:
+    if blocks <= 0 or blocks >= 0.8 * num_sms:   # nothing to run, or the GPU is full
         return 1
     max_splits = max(1, min(max_splits, num_sms, key_chunks))
     efficiency = {}
