@@ -1,9 +1,9 @@
 // Decoding attention: a few new query rows per sequence (Sq = 1, or up to ~8 when
 // speculating) against that sequence's cached keys and values, in fp32, fp16 or bf16
-// with fp32 arithmetic. Per (sequence, head) this is a matrix-vector product: each cached
-// key and value is used for a handful of multiply-adds, so the kernel is bound by how
-// fast it reads the cache, and everything below is about reading it once, coalesced,
-// with enough blocks in flight.
+// with fp32 arithmetic. Per (sequence, head) this is a matrix-vector product: each
+// cached key and value is used for a handful of multiply-adds, so the kernel is bound
+// by how fast it reads the cache, and everything below is about reading it once,
+// coalesced, with enough blocks in flight.
 //
 // Grid: (num_splits, B·Hkv, row groups), in launches of at most 65535 (batch, kv head)
 // pairs. A block owns one kv head of one sequence, so the G = H / Hkv query heads that
@@ -17,16 +17,17 @@
 // log-sum-exp; decode_combine_kernel merges the partial states (chapter 3's merge).
 // With one split the kernel writes the final output directly.
 //
-// In a block: 4 warps; each warp owns rows warp, warp + 4, … and keeps their running max
-// m, running sum l and output (D / 32 floats per lane) in registers. Keys stream through
-// shared memory in tiles of 32, one key per lane: lane j scores key j, the warp reduces
-// max and sum with shuffles, then every lane adds the 32 weighted values for its D / 32
-// output elements.
+// In a block: 4 warps; each warp owns rows warp, warp + 4, … and keeps their running
+// max m, running sum l and output (D / 32 floats per lane) in registers. Keys stream
+// through shared memory in tiles of 32, one key per lane: lane j scores key j, the warp
+// reduces max and sum with shuffles, then every lane adds the 32 weighted values for
+// its D / 32 output elements.
 //
-// Invariant after each tile, per row: acc = Σ_j exp(s_j − m) v_j and l = Σ_j exp(s_j − m)
-// over the keys seen so far, m their largest score (the online softmax of chapter 6).
-// Masked keys (past the sequence's length, or after the query's causal position) never
-// take part, not even as 0·v. NaN and inf propagate as in the fused kernel (max_nan).
+// Invariant after each tile, per row: over the keys seen so far, with m their largest
+// score, acc = Σ_j exp(s_j − m) v_j and l = Σ_j exp(s_j − m) (chapter 6's online
+// softmax). Masked keys (past the sequence's length, or after the query's causal
+// position) never take part, not even as 0·v. NaN and inf propagate as in the fused
+// kernel (max_nan).
 #include <algorithm>
 #include <cmath>
 #include <cuda_bf16.h>
@@ -42,7 +43,9 @@ constexpr int kDecodeRows = 32;       // query rows per block (G·Sq of one kv h
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 __device__ __forceinline__ void store(float* p, float x) { *p = x; }
 __device__ __forceinline__ void store(__half* p, float x) { *p = __float2half(x); }
 __device__ __forceinline__ void store(__nv_bfloat16* p, float x) {
@@ -70,9 +73,10 @@ template <class T, int D>
 __global__ void __launch_bounds__(kDecodeThreads)
     decode_kernel(const T* __restrict__ q, Layout lq, const T* __restrict__ k_cache,
                   const T* __restrict__ v_cache, KVCache cache,
-                  const int* __restrict__ cache_seqlens, int new_keys, T* __restrict__ o,
-                  float* __restrict__ o_part, float* __restrict__ lse, int pair0, int B,
-                  int H, int Hkv, int Sq, float scale, bool causal) {
+                  const int* __restrict__ cache_seqlens, int new_keys,
+                  T* __restrict__ o, float* __restrict__ o_part,
+                  float* __restrict__ lse, int pair0, int B, int H, int Hkv, int Sq,
+                  float scale, bool causal) {
   constexpr int kWarps = kDecodeThreads / 32, kRowsPerWarp = kDecodeRows / kWarps;
   constexpr int kPerLane = D / 32;
   extern __shared__ float smem[];
@@ -115,7 +119,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       ks[idx] = ok ? to_float(k_cache[kv_offset(cache.k, page, hk, slot) + d]) : 0.f;
       vs[idx] = ok ? to_float(v_cache[kv_offset(cache.v, page, hk, slot) + d]) : 0.f;
     }
-    __syncthreads();   // the tile (and, the first time, qs) is complete before it is read
+    __syncthreads();   // the tile (and, the first time, qs) is complete before any read
 #pragma unroll   // constant indices keep m, l and acc in registers
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int r = warp + rr * kWarps;   // the same for the whole warp: shuffles agree
@@ -143,7 +147,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
       for (unsigned bits = live; bits; bits &= bits - 1) {   // the live keys only
         const int jj = __ffs(int(bits)) - 1;
         const float pj = __shfl_sync(0xffffffffu, p, jj);
-        for (int c = 0; c < kPerLane; ++c) acc[rr][c] += pj * vs[jj * D + lane + 32 * c];
+        for (int c = 0; c < kPerLane; ++c)
+          acc[rr][c] += pj * vs[jj * D + lane + 32 * c];
       }
       m[rr] = m_new;
     }
@@ -163,7 +168,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
       for (int c = 0; c < kPerLane; ++c) dst[lane + 32 * c] = acc[rr][c] * inv;
       if (lane == 0) lse[blockIdx.x * n_rows + row] = row_lse;
     } else {
-      for (int c = 0; c < kPerLane; ++c) store(o + row * D + lane + 32 * c, acc[rr][c] * inv);
+      for (int c = 0; c < kPerLane; ++c)
+        store(o + row * D + lane + 32 * c, acc[rr][c] * inv);
       if (lane == 0) lse[row] = row_lse;
     }
   }
@@ -171,8 +177,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
 // Merges the num_splits partial states of each row: with lse = log Σ_s exp(lse_s), the
 // output is Σ_s exp(lse_s − lse) · o_s. One thread per output element, consecutive
-// threads on consecutive d: the o_part reads are coalesced, the lse_s reads of a row are
-// shared by its D threads. Traffic: num_splits·(D + 1) floats read per row.
+// threads on consecutive d: the o_part reads are coalesced, the lse_s reads of a row
+// are shared by its D threads. Traffic: num_splits·(D + 1) floats read per row.
 template <class T>
 __global__ void decode_combine_kernel(const float* __restrict__ o_part,
                                       const float* __restrict__ lse_part,
@@ -204,8 +210,8 @@ template <class T, int D>
 static void launch(const void* q, const Layout& lq, const void* k_cache,
                    const void* v_cache, const KVCache& cache, const int* cache_seqlens,
                    int new_keys, void* o, float* o_part, float* lse, float* lse_part,
-                   int B, int H, int Hkv, int Sq, int num_splits, float scale, bool causal,
-                   cudaStream_t stream) {
+                   int B, int H, int Hkv, int Sq, int num_splits, float scale,
+                   bool causal, cudaStream_t stream) {
   const int rows = (H / Hkv) * Sq, groups = (rows + kDecodeRows - 1) / kDecodeRows;
   const size_t smem = size_t(std::min(rows, kDecodeRows) + 2 * kDecodeKeys) * D * 4;
   const long long pairs = (long long)B * Hkv;
@@ -234,11 +240,11 @@ bool decode_attention(int dtype, const void* q, const Layout& lq, const void* k_
                       const int* cache_seqlens, int new_keys, void* o, float* o_part,
                       float* lse, float* lse_part, int B, int H, int Hkv, int Sq, int D,
                       int num_splits, float scale, bool causal, cudaStream_t stream) {
-#define ATTNBOOK_DECODE_CONFIG(code, T, d)                                               \
-  if (dtype == code && D == d) {                                                         \
-    launch<T, d>(q, lq, k_cache, v_cache, cache, cache_seqlens, new_keys, o, o_part,     \
-                 lse, lse_part, B, H, Hkv, Sq, num_splits, scale, causal, stream);       \
-    return true;                                                                         \
+#define ATTNBOOK_DECODE_CONFIG(code, T, d)                                            \
+  if (dtype == code && D == d) {                                                      \
+    launch<T, d>(q, lq, k_cache, v_cache, cache, cache_seqlens, new_keys, o, o_part,  \
+                 lse, lse_part, B, H, Hkv, Sq, num_splits, scale, causal, stream);    \
+    return true;                                                                      \
   }
 #define ATTNBOOK_DECODE_DTYPES(d)            \
   ATTNBOOK_DECODE_CONFIG(0, float, d)        \
