@@ -11,8 +11,8 @@ The subpackages name the layers, each using only those listed before it:
 from . import bench, exercises, figures, ops, reference, toolchain
 from .bench import peak_memory
 from .figures import plots, show_kernel, show_source, widgets
-from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, Attention, attention, flash_attention_fp32,
-                  gemm, softmax)
+from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, Attention, PagedKVCache, attention,
+                  attention_with_kvcache, flash_attention_fp32, gemm, kv_cache_append, softmax)
 from .reference import attention_reference, expand_kv, flash_attention_tiles, masks
 from .toolchain import (CompileError, compile, default_backend, describe_machine, has_gpu,
                         kernel_source, occupancy, ptxas_report, thread_order)

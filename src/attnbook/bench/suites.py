@@ -11,6 +11,7 @@ import torch
 
 from . import harness as bench
 from ..ops.attention import attention, three_kernels
+from ..ops.decode import choose_num_splits, decode_attention
 from ..ops.flash import FLASH_FP32_SWEEP, flash_attention_fp32
 from ..ops.gemm import GEMM_STEPS, gemm
 from ..ops.softmax import SOFTMAX_KERNELS, softmax
@@ -125,7 +126,66 @@ def chapter07():
     return rows
 
 
-SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05, "07": chapter07}
+# Chapter 9's decode shape: Llama-style grouped heads (32 query heads, 8 kv heads), fp16.
+DECODE_H, DECODE_HKV, DECODE_D = 32, 8, 128
+
+
+def decode_bytes(B, L, H=DECODE_H, Hkv=DECODE_HKV, D=DECODE_D, itemsize=2) -> float:
+    """The least traffic of one decode step: every cached key and value read once, the
+    query read and the output written once."""
+    return float(itemsize * (2 * B * Hkv * L * D + 2 * B * H * D))
+
+
+def chapter09():
+    """One decode step (Sq = 1, fp16, H = 32, Hkv = 8, D = 128) against caches of L keys for
+    B sequences: achieved bandwidth as % of the GPU's peak, with the split heuristic, without
+    splitting, through a paged cache (16-position pages in shuffled order), and PyTorch's
+    SDPA on the same contiguous cache (grouped heads, every key valid, so no mask)."""
+    import torch.nn.functional as F
+    peaks, rows = bench.device_peaks(), []
+    H, Hkv, D, dt = DECODE_H, DECODE_HKV, DECODE_D, torch.float16
+    for B in (1, 4, 16, 64):
+        for L in (512, 2048, 8192, 32768):
+            if B * L > 2**19:   # at most 1 GiB per cache tensor (4 of them): fits a T4
+                continue
+            g = torch.Generator(device="cuda").manual_seed(0)
+            q = torch.randn(B, H, 1, D, device="cuda", dtype=dt, generator=g)
+            kc, vc = (torch.randn(B, Hkv, L, D, device="cuda", dtype=dt, generator=g)
+                      for _ in range(2))
+            lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
+            pages = B * L // 16
+            perm = torch.randperm(pages, device="cuda", generator=g).int()
+            table = perm.view(B, L // 16)
+            kp, vp = (torch.empty(pages, Hkv, 16, D, device="cuda", dtype=dt) for _ in range(2))
+            kp[table.flatten().long()] = kc.view(B, Hkv, L // 16, 16, D).transpose(1, 2) \
+                .reshape(pages, Hkv, 16, D)
+            vp[table.flatten().long()] = vc.view(B, Hkv, L // 16, 16, D).transpose(1, 2) \
+                .reshape(pages, Hkv, 16, D)
+            case = dict(B=B, L=L, H=H, Hkv=Hkv, D=D, dtype="float16")
+            work = dict(flops=0, bytes=decode_bytes(B, L), peaks=peaks)
+            # The registered op on inputs checked once: the public entry point also reads
+            # the lengths and pages back to the host to check them, which a serving loop
+            # does once per step for all layers.
+            splits = choose_num_splits(B, Hkv, H // Hkv, L, "cuda")
+            scale = D ** -0.5
+            fns = {
+                "attnbook split-K": lambda: decode_attention(q, kc, vc, lens, None, 0, splits,
+                                                             True, scale),
+                "attnbook no split": lambda: decode_attention(q, kc, vc, lens, None, 0, 1, True,
+                                                              scale),
+                "attnbook paged": lambda: decode_attention(q, kp, vp, lens, table, 0, splits,
+                                                           True, scale),
+                "torch sdpa": lambda: F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True),
+            }
+            case["num_splits"] = splits
+            rows += [bench.measure(name, fn, case, **work) for name, fn in fns.items()]
+            del q, kc, vc, kp, vp
+            torch.cuda.empty_cache()
+    return rows
+
+
+SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05, "07": chapter07,
+          "09": chapter09}
 
 
 def main(chapters):

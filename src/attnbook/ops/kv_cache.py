@@ -1,0 +1,226 @@
+"""The KV cache: the append kernel of ``kernels/kv_cache.cu`` as the registered op
+``torch.ops.attnbook.kv_cache_append`` (it writes into the caches in place), and
+:class:`PagedKVCache`, a pool of pages with a block table and a free list."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..reference.checks import check_positive_int
+from ..reference.decode_checks import kvcache_args
+from ..toolchain.compile import package_module
+
+__all__ = ["kv_cache_append", "kv_cache_append_op", "PagedKVCache", "KV_CACHE_CPP",
+           "EXTENSIONS"]
+
+# C++ shared by the KV-cache wrappers: checked tensors as the plain structs of
+# kernels/layout.h and kernels/kv_cache.h.
+KV_CACHE_CPP = r"""
+#include "kv_cache.h"
+
+// The strides of a [*, H, S, D] tensor of `dtype` whose head dimension is contiguous.
+static Layout strides_of(const at::Tensor& t, const char* name, at::ScalarType dtype) {
+  attnbook::check_tensor(t, name, dtype, /*contiguous=*/false);
+  TORCH_CHECK(t.dim() == 4, name, " must be 4-D");
+  TORCH_CHECK(t.stride(3) == 1 || t.size(3) <= 1, name, "'s head dimension must be contiguous");
+  Layout l;
+  l.b = t.stride(0);
+  l.h = t.stride(1);
+  l.s = t.stride(2);
+  return l;
+}
+
+// A contiguous cache [B, Hkv, max_len, D] (block_table.dim() != 2), or a pool of pages
+// [num_blocks, Hkv, block_size, D] with an int32 block table [B, max_blocks].
+static KVCache kv_cache_of(const at::Tensor& k_cache, const at::Tensor& v_cache,
+                           const at::Tensor& block_table, int64_t B) {
+  KVCache c;
+  c.k = strides_of(k_cache, "k_cache", k_cache.scalar_type());
+  c.v = strides_of(v_cache, "v_cache", k_cache.scalar_type());
+  TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), "k_cache and v_cache must have one shape");
+  const int64_t pages = k_cache.size(0), block = k_cache.size(2);
+  int64_t capacity = block;
+  if (block_table.dim() == 2) {
+    attnbook::check_tensor(block_table, "block_table", at::kInt);
+    TORCH_CHECK(block_table.size(0) == B, "block_table must be [B, max_blocks]");
+    TORCH_CHECK(block > 0, "pages must hold at least one position");
+    c.block_table = block_table.data_ptr<int>();
+    c.table_stride = block_table.stride(0);
+    capacity = block_table.size(1) * block;
+  } else {
+    TORCH_CHECK(pages == B, "a contiguous cache must be [B, Hkv, max_len, D]");
+  }
+  TORCH_CHECK(pages <= INT32_MAX && capacity <= INT32_MAX - 64,
+              "the cache is too large for 32-bit positions");
+  c.block_size = int(block);
+  c.num_pages = int(pages);
+  c.capacity = int(capacity);
+  return c;
+}
+"""
+
+_WRAPPER = KV_CACHE_CPP + r"""
+bool kv_cache_append(int, const void*, const void*, const Layout&, const Layout&, void*,
+                     void*, const KVCache&, const int*, int, int, int, int, cudaStream_t);
+
+void append(at::Tensor k_cache, at::Tensor v_cache, at::Tensor k, at::Tensor v,
+            at::Tensor cache_seqlens, at::Tensor block_table) {
+  const at::ScalarType dtype = k_cache.scalar_type();
+  const Layout lk = strides_of(k, "k", dtype), lv = strides_of(v, "v", dtype);
+  const int64_t B = k.size(0), Hkv = k.size(1), Sn = k.size(2), D = k.size(3);
+  TORCH_CHECK(k.sizes() == v.sizes() && Hkv == k_cache.size(1) && D == k_cache.size(3),
+              "k and v must be [B, Hkv, Sn, D] with the caches' Hkv and D");
+  TORCH_CHECK(B <= INT32_MAX && Hkv <= INT32_MAX && Sn <= INT32_MAX && D <= INT32_MAX,
+              "k and v are too large");
+  const KVCache cache = kv_cache_of(k_cache, v_cache, block_table, B);
+  attnbook::check_tensor(cache_seqlens, "cache_seqlens", at::kInt);
+  TORCH_CHECK(cache_seqlens.numel() == B, "cache_seqlens must be [B]");
+  attnbook::DeviceGuard guard(k_cache);
+  TORCH_CHECK(kv_cache_append(int(k_cache.element_size()), k.data_ptr(), v.data_ptr(), lk,
+                              lv, k_cache.data_ptr(), v_cache.data_ptr(), cache,
+                              cache_seqlens.data_ptr<int>(), int(B), int(Hkv), int(Sn),
+                              int(D), attnbook::stream()),
+              "no append kernel for ", dtype);
+  attnbook::check_launch();
+}
+"""
+
+# (name, kernel file, wrapper, functions), as for every extension of the package.
+EXTENSIONS = [("kv_cache", "kv_cache.cu", _WRAPPER, ["append"])]
+
+
+def _module(device: torch.device):
+    return package_module(*EXTENSIONS[0], "cuda" if device.type == "cuda" else "emulator")
+
+
+@torch.library.custom_op("attnbook::kv_cache_append", mutates_args=("k_cache", "v_cache"))
+def kv_cache_append_op(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor,
+                       v: torch.Tensor, cache_seqlens: torch.Tensor,
+                       block_table: Optional[torch.Tensor]) -> None:
+    """Write k, v [B, Hkv, Sn, D] into the caches at positions cache_seqlens[b] … + Sn − 1,
+    on checked inputs (see :func:`~attnbook.reference.decode_checks.kvcache_args`)."""
+    table = k.new_empty(0, dtype=torch.int32) if block_table is None else block_table
+    _module(k.device).append(k_cache, v_cache, k, v, cache_seqlens, table)
+
+
+@kv_cache_append_op.register_fake
+def _(k_cache, v_cache, k, v, cache_seqlens, block_table):
+    return None
+
+
+def kv_cache_append(k_cache, v_cache, k, v, *, cache_seqlens, block_table=None):
+    """Write the new keys and values k, v [B, Hkv, Sn, D] into the caches in place, at
+    positions cache_seqlens[b] … cache_seqlens[b] + Sn − 1 of each sequence: a contiguous
+    cache [B, Hkv, max_len, D], or with ``block_table`` [B, max_blocks] a pool of pages
+    [num_blocks, Hkv, block_size, D]. Like :func:`attnbook.attention_with_kvcache`, it does
+    not advance the lengths. Every position and page is checked before anything is
+    written."""
+    if not isinstance(k, torch.Tensor) or k.dim() != 4:
+        what = tuple(k.shape) if isinstance(k, torch.Tensor) else type(k).__name__
+        raise TypeError(f"k must be a [B, Hkv, Sn, D] tensor, got {what}")
+    # The checks of attention_with_kvcache, with k standing in for a query per new token.
+    a = kvcache_args(k, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens,
+                     block_table=block_table)
+    if a.k.numel():
+        kv_cache_append_op(k_cache, v_cache, a.k, a.v, a.cache_seqlens, a.block_table)
+
+
+class PagedKVCache:
+    """Keys and values of up to ``max_seqs`` sequences in a pool of pages.
+
+    ``k_cache``, ``v_cache``: the pools, [num_blocks, Hkv, block_size, D], filled with NaN
+    where nothing was written (a kernel that read such a slot would show it);
+    ``block_table``: [max_seqs, max_blocks_per_seq] int32, row b naming sequence b's pages
+    in order; ``lengths``: the tokens each sequence holds. Pages come from a free list and
+    return to it when a sequence is freed, so a sequence's pages are neither contiguous nor
+    in order once others have come and gone (``generator`` shuffles the initial list).
+
+    A decoding step: ``reserve`` pages for the new tokens, call
+    :func:`attnbook.attention_with_kvcache` with ``cache_seqlens=cache.seqlens()`` and
+    ``block_table=cache.block_table``, then ``advance``; :meth:`attend` does all three.
+    """
+
+    def __init__(self, num_blocks, num_kv_heads, head_dim, *, max_seqs, max_blocks_per_seq,
+                 block_size=16, dtype=torch.float32, device="cpu", generator=None):
+        num_blocks = check_positive_int(num_blocks, "num_blocks")
+        self.block_size = check_positive_int(block_size, "block_size")
+        self.max_seqs = check_positive_int(max_seqs, "max_seqs")
+        self.max_blocks_per_seq = check_positive_int(max_blocks_per_seq, "max_blocks_per_seq")
+        shape = (num_blocks, check_positive_int(num_kv_heads, "num_kv_heads"),
+                 self.block_size, check_positive_int(head_dim, "head_dim"))
+        self.k_cache = torch.full(shape, float("nan"), dtype=dtype, device=device)
+        self.v_cache = torch.full(shape, float("nan"), dtype=dtype, device=device)
+        self.block_table = torch.zeros(max_seqs, max_blocks_per_seq, dtype=torch.int32,
+                                       device=device)
+        self.lengths = [0] * max_seqs
+        self.pages = [[] for _ in range(max_seqs)]
+        order = range(num_blocks) if generator is None else \
+            torch.randperm(num_blocks, generator=generator).tolist()
+        self.free_pages = list(reversed(list(order)))   # pop() takes from the end
+
+    @property
+    def num_blocks(self) -> int:
+        return self.k_cache.shape[0]
+
+    def _check_seq(self, seq):
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < self.max_seqs:
+            raise ValueError(f"seq must be an int in [0, {self.max_seqs}), got {seq!r}")
+
+    def reserve(self, seq: int, n: int) -> None:
+        """Make room for ``n`` more tokens of sequence ``seq``: take pages from the free list
+        until its pages hold lengths[seq] + n positions. Raises MemoryError when the pool or
+        the sequence's row of the block table is full (nothing is taken then)."""
+        self._check_seq(seq)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"n must be a non-negative int, got {n!r}")
+        need = -(-(self.lengths[seq] + n) // self.block_size) - len(self.pages[seq])
+        if len(self.pages[seq]) + need > self.max_blocks_per_seq:
+            raise MemoryError(f"sequence {seq} would need {len(self.pages[seq]) + need} "
+                              f"pages; its block table row holds {self.max_blocks_per_seq}")
+        if need > len(self.free_pages):
+            raise MemoryError(f"sequence {seq} needs {need} more pages; {len(self.free_pages)}"
+                              " are free")
+        for _ in range(max(need, 0)):
+            page = self.free_pages.pop()
+            self.block_table[seq, len(self.pages[seq])] = page
+            self.pages[seq].append(page)
+
+    def advance(self, seq: int, n: int) -> None:
+        """Count ``n`` tokens appended to sequence ``seq`` (its pages must hold them)."""
+        self._check_seq(seq)
+        if self.lengths[seq] + n > len(self.pages[seq]) * self.block_size or n < 0:
+            raise ValueError(f"sequence {seq} has room for "
+                             f"{len(self.pages[seq]) * self.block_size - self.lengths[seq]} "
+                             f"more tokens, not {n}: reserve first")
+        self.lengths[seq] += n
+
+    def free(self, seq: int) -> None:
+        """A finished sequence: its pages go back to the free list, its length to 0."""
+        self._check_seq(seq)
+        self.free_pages.extend(reversed(self.pages[seq]))
+        self.pages[seq] = []
+        self.lengths[seq] = 0
+        self.block_table[seq] = 0
+
+    def seqlens(self) -> torch.Tensor:
+        """The lengths as the int32 [max_seqs] ``cache_seqlens`` of the decode call."""
+        return torch.tensor(self.lengths, dtype=torch.int32, device=self.k_cache.device)
+
+    def allocated_positions(self) -> int:
+        """Positions reserved in pages (tokens held plus the unused tail of last pages)."""
+        return sum(len(p) for p in self.pages) * self.block_size
+
+    def attend(self, q, k, v, **kwargs):
+        """One step for every sequence: reserve room for k, v's Sn tokens, append them and
+        attend (:func:`attnbook.attention_with_kvcache`), then advance the lengths."""
+        from .decode import attention_with_kvcache
+        sn = k.shape[2]
+        for seq in range(self.max_seqs):
+            self.reserve(seq, sn)
+        out = attention_with_kvcache(q, self.k_cache, self.v_cache, k, v,
+                                     cache_seqlens=self.seqlens(),
+                                     block_table=self.block_table, **kwargs)
+        for seq in range(self.max_seqs):
+            self.advance(seq, sn)
+        return out
