@@ -4,7 +4,8 @@ solutions in collapsed cells)."""
 SOLUTIONS = {
     "relu_grid_stride": r"""
 __global__ void relu(const float* x, float* y, int n) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+  const int step = gridDim.x * blockDim.x;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
     y[i] = fmaxf(x[i], 0.f);
 }
 """,
@@ -43,7 +44,8 @@ __global__ void window_bias(float* bias, int Sq, int Sk, int w) {
 }
 """,
     "online_row": r"""
-__global__ void online_row(const float* s, const float* v, float* o, int R, int n, int D) {
+__global__ void online_row(const float* s, const float* v, float* o, int R, int n,
+                           int D) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= R) return;
   float acc[64];
@@ -66,7 +68,7 @@ __global__ void online_row(const float* s, const float* v, float* o, int R, int 
 PLANTED = {
     "relu_grid_stride": ("no grid-stride loop",
                          ("for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; "
-                          "i += gridDim.x * blockDim.x)",
+                          "i += step)",
                           "int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n)"),
                          "case n = 257"),
     "row_max": ("no barrier between the halving steps",
@@ -76,8 +78,9 @@ PLANTED = {
                 "under thread order"),
     "transpose_tile": ("no barrier between loading the tile and reading it",
                        ("  __syncthreads();\n", ""), "under thread order"),
-    "causal_window": ("positions aligned top-left", ("const int pos = i + Sk - Sq;",
-                                                      "const int pos = i;"), "Sq = 3, Sk = 10"),
+    "causal_window": ("positions aligned top-left",
+                      ("const int pos = i + Sk - Sq;", "const int pos = i;"),
+                      "Sq = 3, Sk = 10"),
     "online_row": ("the paper's inverted rescaling", ("expf(m - m_new), p",
                                                        "expf(m_new - m), p"), "R = 1"),
 }

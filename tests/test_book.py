@@ -105,3 +105,23 @@ def test_no_build_noise_in_stored_outputs(nb):
             assert text.endswith("\n"), f"{nb.name}: a partial line {text[-60:]!r}"
             assert "ninja" not in text.lower() or "no work to do" in text, nb.name
             assert "warning:" not in text.lower(), nb.name
+
+
+def test_code_a_reader_sees_fits_88_columns():
+    """The book's text column is about 88 characters wide: notebook code, the kernel files
+    and every code block a notebook displays (show_kernel, show_source) fit it."""
+    too_long = []
+    kernels = ROOT / "src" / "attnbook" / "kernels"
+    for path in sorted(kernels.iterdir()):
+        too_long += [f"{path.name}:{i}" for i, line in
+                     enumerate(path.read_text().splitlines(), 1) if len(line) > 88]
+    for nb in NOTEBOOKS:
+        for n, c in enumerate(json.loads(nb.read_text())["cells"]):
+            if c["cell_type"] != "code":
+                continue
+            shown = ["".join(o.get("data", {}).get("text/markdown", ""))
+                     for o in c.get("outputs", [])]
+            for text in ["".join(c["source"])] + shown:
+                too_long += [f"{nb.name} cell {n}" for line in text.splitlines()
+                             if len(line) > 88]
+    assert not too_long, f"lines over 88 columns: {sorted(set(too_long))[:20]}"

@@ -29,7 +29,7 @@ def _randn(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
-# ---- chapter 2: a grid-stride loop ----------------------------------------------------------
+# ---- chapter 2: a grid-stride loop ---------------------------------------------------
 RELU = Exercise(
     chapter="02",
     skeleton=r"""
@@ -49,7 +49,8 @@ void launch_relu(const float*, float*, int, cudaStream_t);
 at::Tensor relu_of(at::Tensor x) {
   attnbook::check_tensor(x, "x", at::kFloat);
   at::Tensor y = x.new_full(x.sizes(), NAN);
-  launch_relu(x.data_ptr<float>(), y.data_ptr<float>(), int(x.numel()), attnbook::stream());
+  launch_relu(x.data_ptr<float>(), y.data_ptr<float>(), int(x.numel()),
+              attnbook::stream());
   attnbook::check_launch();
   return y;
 }
@@ -59,13 +60,13 @@ at::Tensor relu_of(at::Tensor x) {
     reference=lambda x: x.clamp(min=0),
 )
 
-# ---- chapter 3: a block reduction in shared memory --------------------------------------------
+# ---- chapter 3: a block reduction in shared memory -----------------------------------
 ROW_MAX = Exercise(
     chapter="03",
     skeleton=r"""
-// out[r] = max of row r of x ([rows, n]). One block of 256 threads per row: each thread
-// folds x[r][t], x[r][t + 256], ... into one value, then the block halves the 256 values
-// in shared memory until one is left.
+// out[r] = max of row r of x ([rows, n]). One block of 256 threads per row: each
+// thread folds x[r][t], x[r][t + 256], ... into one value, then the block halves the
+// 256 values in shared memory until one is left.
 __global__ void row_max(const float* x, float* out, int n) {
   __shared__ float buf[256];
   // TODO
@@ -82,8 +83,8 @@ at::Tensor row_max_of(at::Tensor x) {
   attnbook::check_tensor(x, "x", at::kFloat);
   TORCH_CHECK(x.dim() == 2, "x must be [rows, n]");
   at::Tensor out = x.new_full({x.size(0)}, NAN);
-  launch_row_max(x.data_ptr<float>(), out.data_ptr<float>(), int(x.size(0)), int(x.size(1)),
-                 attnbook::stream());
+  launch_row_max(x.data_ptr<float>(), out.data_ptr<float>(), int(x.size(0)),
+                 int(x.size(1)), attnbook::stream());
   attnbook::check_launch();
   return out;
 }
@@ -94,13 +95,13 @@ at::Tensor row_max_of(at::Tensor x) {
     reference=lambda x: x.amax(-1),
 )
 
-# ---- chapter 4: a transpose through a shared-memory tile ----------------------------------------
+# ---- chapter 4: a transpose through a shared-memory tile -----------------------------
 TRANSPOSE = Exercise(
     chapter="04",
     skeleton=r"""
-// y = xᵀ for x [M, N] row-major. A block of 32 × 32 threads moves one 32 × 32 tile: it
-// reads the tile row by row (coalesced), and writes it back transposed, also row by row,
-// through a shared tile. Pad the tile to 33 columns to avoid bank conflicts.
+// y = xᵀ for x [M, N] row-major. A block of 32 × 32 threads moves one 32 × 32 tile:
+// it reads the tile row by row (coalesced), and writes it back transposed, also row by
+// row, through a shared tile. Pad the tile to 33 columns to avoid bank conflicts.
 __global__ void transpose(const float* x, float* y, int M, int N) {
   __shared__ float tile[32][33];
   // TODO
@@ -108,7 +109,8 @@ __global__ void transpose(const float* x, float* y, int M, int N) {
 """,
     launcher=r"""
 void launch_transpose(const float* x, float* y, int M, int N, cudaStream_t stream) {
-  transpose<<<dim3((N + 31) / 32, (M + 31) / 32), dim3(32, 32), 0, stream>>>(x, y, M, N);
+  const dim3 grid((N + 31) / 32, (M + 31) / 32);
+  transpose<<<grid, dim3(32, 32), 0, stream>>>(x, y, M, N);
 }
 """,
     wrapper=r"""
@@ -130,13 +132,14 @@ at::Tensor transpose_of(at::Tensor x) {
     rtol=0.0, atol=0.0,
 )
 
-# ---- chapter 5: a mask rule -------------------------------------------------------------------
+# ---- chapter 5: a mask rule ----------------------------------------------------------
 WINDOW = Exercise(
     chapter="05",
     skeleton=r"""
-// The causal sliding window: query i (of Sq) may attend key j (of Sk) when j is at most
-// its position and fewer than w keys back. Positions are aligned bottom-right: query i
-// stands at position i + Sk - Sq. Write 0 where attention is allowed, -INFINITY elsewhere.
+// The causal sliding window: query i (of Sq) may attend key j (of Sk) when j is at
+// most its position and fewer than w keys back. Positions are aligned bottom-right:
+// query i stands at position i + Sk - Sq. Write 0 where attention is allowed, -INFINITY
+// elsewhere.
 __global__ void window_bias(float* bias, int Sq, int Sk, int w) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
   if (j >= Sk) return;
@@ -165,15 +168,16 @@ at::Tensor window_bias_of(at::Tensor like, int64_t Sq, int64_t Sk, int64_t w) {
     rtol=0.0, atol=0.0,
 )
 
-# ---- chapter 7: the online softmax of one row, with its values ---------------------------------
+# ---- chapter 7: the online softmax of one row, with its values -----------------------
 ONLINE_ROW = Exercise(
     chapter="07",
     skeleton=r"""
-// o[r] = softmax(s[r]) · v for scores s [R, n] and values v [n, D] (D ≤ 64): one thread per
-// row, one pass over the keys, keeping the running max m, the running sum l and the
-// unnormalised output acc, rescaled by e^(m_old - m_new) whenever the max grows. Divide
-// by l at the end.
-__global__ void online_row(const float* s, const float* v, float* o, int R, int n, int D) {
+// o[r] = softmax(s[r]) · v for scores s [R, n] and values v [n, D] (D ≤ 64): one
+// thread per row, one pass over the keys, keeping the running max m, the running sum l
+// and the unnormalised output acc, rescaled by e^(m_old - m_new) whenever the max
+// grows. Divide by l at the end.
+__global__ void online_row(const float* s, const float* v, float* o, int R, int n,
+                           int D) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= R) return;
   float acc[64];
@@ -203,7 +207,8 @@ at::Tensor online_row_of(at::Tensor s, at::Tensor v) {
     function="online_row_of",
     cases=lambda: [(f"R = {r}, n = {n}, D = {d}",
                     [_randn(r, n, seed=n) * scale, _randn(n, d, seed=d)])
-                   for r, n, d, scale in ((1, 1, 1, 1.0), (3, 17, 8, 1.0), (70, 40, 64, 30.0))],
+                   for r, n, d, scale in ((1, 1, 1, 1.0), (3, 17, 8, 1.0),
+                                          (70, 40, 64, 30.0))],
     reference=lambda s, v: torch.softmax(s.double(), -1).float() @ v,
     rtol=1e-4, atol=1e-5,
 )
