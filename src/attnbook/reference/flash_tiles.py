@@ -1,4 +1,5 @@
-"""FlashAttention-2's forward pass (Dao, 2023, Algorithm 1) in PyTorch, one tile at a time.
+"""FlashAttention-2's forward pass (Dao, 2023, Algorithm 1) in PyTorch, one tile at a
+time.
 
 This is the algorithm the fused kernel of chapter 7 runs, written so that every
 intermediate can be looked at: the outer loop over query tiles of ``block_q`` rows, the
