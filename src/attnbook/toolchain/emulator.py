@@ -15,6 +15,10 @@ so that their launches and shared memory are rewritten too.
 
 :func:`thread_order` chooses the order in which the threads of a block run between two
 barriers (also settable with the environment variable ``ATTNBOOK_THREAD_ORDER``).
+:func:`workers` chooses how many OS threads run blocks at once (``ATTNBOOK_EMU_WORKERS``;
+every core by default). Each block's thread order depends only on the order, its seed and
+the block's index, so results do not depend on the number of workers, except where blocks
+race with each other through atomics or global memory, or print.
 """
 from __future__ import annotations
 
@@ -22,28 +26,40 @@ import contextlib
 import os
 import re
 
-__all__ = ["to_cpp", "inline_headers", "thread_order", "ORDERS"]
+__all__ = ["to_cpp", "inline_headers", "thread_order", "workers", "ORDERS"]
 
 ORDERS = ("forward", "reverse", "shuffle")
 _ENV = "ATTNBOOK_THREAD_ORDER"
+_WORKERS_ENV = "ATTNBOOK_EMU_WORKERS"
 
 
 @contextlib.contextmanager
+def _environ(name: str, value: str):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
 def thread_order(order: str, seed: int = 0):
     """Run the emulator's threads in ``order`` ("forward", "reverse" or "shuffle" with
     ``seed``) inside the ``with`` block."""
     if order not in ORDERS:
         raise ValueError(f"thread order must be one of {ORDERS}, got {order!r}")
-    value = f"shuffle:{seed}" if order == "shuffle" else order
-    old = os.environ.get(_ENV)
-    os.environ[_ENV] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[_ENV]
-        else:
-            os.environ[_ENV] = old
+    return _environ(_ENV, f"shuffle:{seed}" if order == "shuffle" else order)
+
+
+def workers(n: int):
+    """Run the emulator's blocks on ``n`` OS threads inside the ``with`` block; ``workers(1)``
+    runs them one after another, in order, on the calling thread."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"workers must be a positive int, got {n!r}")
+    return _environ(_WORKERS_ENV, str(n))
 
 
 def _blank(source: str, strings: bool) -> str:
