@@ -1,23 +1,30 @@
 // The CPU emulator's runtime: each thread of a block is a fiber with its own stack; a block's
 // fibers run cooperatively, one at a time, switching only at synchronisation points
 // (__syncthreads, warp collectives). Between two such points every thread runs to the next one
-// before the following thread starts, in an order chosen per phase (forward, reverse or a seeded
-// shuffle), so a missing barrier changes the answer under some order. Blocks run one after
-// another. Included once per extension, by cuda_emulator.h.
+// before the following thread starts, in an order chosen per phase (forward, reverse or a
+// shuffle seeded by the launch's seed and the block's index), so a missing barrier changes the
+// answer under some order. Blocks are independent: workers, one OS thread per core by default
+// (ATTNBOOK_EMU_WORKERS), each run one block at a time. Included once per extension, by
+// cuda_emulator.h.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
+#include <sched.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #if !(defined(__x86_64__) && defined(__linux__)) || defined(ATTNBOOK_EMU_UCONTEXT)
 #define ATTNBOOK_EMU_USE_UCONTEXT 1
@@ -145,9 +152,10 @@ struct Stack {
 };
 
 // ---- threads, warps, blocks --------------------------------------------------------------
-enum class State { Runnable, AtBarrier, AtWarp, Done };
+// Fresh: not started yet (it has no stack of its own until it needs one). Fresh sorts before
+// Runnable so that "may run now" is one comparison.
+enum class State : uint8_t { Fresh, Runnable, AtBarrier, AtWarp, Done };
 
-struct Thread;
 // A warp collective: every participating lane deposits a pointer to its own data; the last
 // to arrive runs `fn` over all of them (reading inputs, writing each lane's outputs), then the
 // group is released. Because each lane's data lives on its own stack, which is not touched
@@ -155,7 +163,9 @@ struct Thread;
 using WarpFn = void (*)(void* const* lane_data, uint32_t group);
 
 struct Warp {
+  uint32_t lanes = 0;      // the lanes that exist (the last warp of a block may be partial)
   uint32_t arrived = 0;
+  uint32_t exited = 0;
   uint32_t mask[kWarp];
   WarpFn fn[kWarp];
   void* data[kWarp];
@@ -166,16 +176,55 @@ struct Thread {
   Context ctx;
   uint3 tid;
   int linear = 0;
-  State state = State::Runnable;
+  State state = State::Fresh;
   int barrier_line = 0;
-  int sync_result = 0;     // what __syncthreads_count/_and/_or return
-  int sync_arg = 0;
 };
 
 enum class Order { Forward, Reverse, Shuffle };
 
+// splitmix64: a shuffle needs speed and independence between blocks, not crypto.
+struct Rng {
+  uint64_t s = 0;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  uint32_t below(uint32_t n) { return uint32_t((uint64_t(uint32_t(next())) * n) >> 32); }
+};
+
+// One launch, shared by every worker that runs its blocks.
+struct Job {
+  const char* kernel = "";
+  dim3 grid, block;
+  int nthreads = 0;
+  size_t smem = 0;
+  void (*body)(void*) = nullptr;
+  void* body_arg = nullptr;
+  Order order = Order::Forward;
+  uint64_t seed = 0;
+  uint64_t nblocks = 0;
+  std::atomic<uint64_t> next{0};   // blocks are taken in increasing linear order
+  // The lowest failing block and its error. Workers start no block above it, and every block
+  // below it has been taken before it failed, so the error reported is the one a single
+  // worker, running the blocks in order, would have stopped at.
+  std::atomic<uint64_t> failed_block{UINT64_MAX};
+  std::mutex m;
+  std::string error;
+
+  void fail(uint64_t b, const std::string& msg) {
+    std::lock_guard<std::mutex> lock(m);
+    if (b < failed_block.load()) {
+      failed_block = b;
+      error = msg;
+    }
+  }
+};
+
+// What one worker (an OS thread) needs to run blocks: the running block's threads and their
+// fibers, its shared memory, and the launch's coordinates, copied for cheap access.
 struct Runtime {
-  // The launch in progress.
   const char* kernel = "";
   dim3 grid, block;
   uint3 block_idx{0, 0, 0};
@@ -187,18 +236,32 @@ struct Runtime {
   std::vector<Thread> threads;
   std::vector<Warp> warps;
   std::vector<Stack*> stacks;
-  Context scheduler;
+  Context scheduler;       // the worker's own stack, where a block starts and ends
   std::string error;       // set by the fiber that failed
-  Order order = Order::Forward;
-  std::mt19937_64 rng;
-  // Dynamic shared memory: one buffer for every launch (blocks run one at a time).
+  // The pass in progress: threads run in order[0..], pos is the one running now.
+  Order mode = Order::Forward;
+  Rng rng;
+  std::vector<int> order;
+  int pos = 0;
+  int done = 0;
+  // The barrier being gathered: how many arrived, on which line, how many with a true pred.
+  int arrived = 0, barrier_line = 0, sync_count = 0, sync_result = 0;
+  bool barrier_mixed = false;
+  // Dynamic shared memory: this worker's, reused by each block it runs.
   alignas(128) unsigned char dynamic_smem[kMaxDynamicSmem];
-  std::vector<std::pair<const void*, int>> smem_optin;   // cudaFuncSetAttribute's grants
   std::vector<std::pair<void*, uint64_t>> static_smem;    // address -> epoch it was poisoned
 };
 
-inline Runtime& rt() {
-  static Runtime* r = new Runtime();   // never destroyed: fibers may outlive static destructors
+// Each worker's runtime is thread-local. Fibers never move between OS threads (a block runs
+// start to end on one worker), so code on a fiber may keep what rt() returned across a switch.
+inline Runtime*& rt_slot() {
+  static thread_local Runtime* r = nullptr;
+  return r;
+}
+inline Runtime& rt() { return *rt_slot(); }
+inline Runtime& own_runtime() {
+  Runtime*& r = rt_slot();
+  if (!r) r = new Runtime();   // never destroyed: an abandoned fiber may still point into it
   return *r;
 }
 
@@ -212,27 +275,128 @@ inline std::string where(const Thread& t) {
 
 [[noreturn]] inline void fail(const std::string& msg) { throw KernelError(msg); }
 
-// Give control back to the scheduler; returns when this thread is resumed.
-inline void yield() {
-  Runtime& r = rt();
-  Thread* self = r.cur;
-  Context::jump(self->ctx, r.scheduler);
-  r.cur = self;
+// A failure of the whole block, found by the scheduler: its message is complete (kernel, block
+// and, where one is to blame, thread), so it is reported as it is.
+struct BlockError : KernelError { using KernelError::KernelError; };
+
+// ---- scheduling ----------------------------------------------------------------------------
+// Between two synchronisation points each thread runs alone until it blocks or exits, then
+// switches straight to the next thread of the pass that may run. A pass visits the threads in
+// the block's order; threads freed during a pass (by a warp collective) run in it if the pass
+// has not gone by them yet, in the next one otherwise, exactly as when a scheduler loop ran
+// every pass. The last thread to arrive at a complete barrier releases it.
+inline void new_pass(Runtime& r) {
+  r.pos = -1;
+  if (r.mode == Order::Shuffle)
+    for (int i = r.nthreads - 1; i > 0; --i) std::swap(r.order[i], r.order[r.rng.below(i + 1)]);
+}
+
+inline Thread* scan(Runtime& r) {
+  while (++r.pos < r.nthreads) {
+    Thread& t = r.threads[r.order[r.pos]];
+    if (t.state <= State::Runnable) return &t;
+  }
+  return nullptr;
+}
+
+// Called when no thread can run and some have not finished: say why the block is stuck.
+[[noreturn]] inline void diagnose(Runtime& r) {
+  int waiting = 0, at_warp = 0, line = -1;
+  const Thread* exited = nullptr;
+  const Thread* other_line = nullptr;
+  for (auto& t : r.threads) {
+    if (t.state == State::AtBarrier) {
+      if (line < 0) line = t.barrier_line;
+      else if (t.barrier_line != line && !other_line) other_line = &t;
+      ++waiting;
+    } else if (t.state == State::Done) {
+      if (!exited) exited = &t;
+    } else if (t.state == State::AtWarp) {
+      ++at_warp;
+    }
+  }
+  char block[160], buf[256];
+  std::snprintf(block, sizeof block, "kernel '%s', block (%u,%u,%u): ", r.kernel, r.block_idx.x,
+                r.block_idx.y, r.block_idx.z);
+  if (waiting == 0) {
+    std::snprintf(buf, sizeof buf, "deadlock: %d threads wait in warp collectives that can never "
+                  "complete (a lane of their mask exited or never arrives)", at_warp);
+    throw BlockError(block + std::string(buf));
+  }
+  if (other_line) {
+    std::snprintf(buf, sizeof buf, "divergent barrier: threads wait at __syncthreads on line %d "
+                  "and on line %d", line, other_line->barrier_line);
+    throw BlockError(where(*other_line) + ": " + buf);
+  }
+  if (at_warp > 0) {
+    std::snprintf(buf, sizeof buf, "deadlock: %d threads wait at __syncthreads (line %d) while %d "
+                  "wait in a warp collective", waiting, line, at_warp);
+    throw BlockError(block + std::string(buf));
+  }
+  // Every thread waits on one line, yet the barrier was not released: some have exited.
+  std::snprintf(buf, sizeof buf, "divergent barrier: %d threads wait at __syncthreads on line %d "
+                "but this thread has exited", waiting, line);
+  throw BlockError(where(*exited) + ": " + buf);
+}
+
+// The next thread to run: the rest of this pass, else a new pass; nullptr when every thread
+// has finished. The caller has just run, so an empty new pass means the block is stuck.
+inline Thread* pick(Runtime& r) {
+  if (Thread* t = scan(r)) return t;
+  if (r.done == r.nthreads) return nullptr;
+  new_pass(r);
+  if (Thread* t = scan(r)) return t;
+  diagnose(r);
+}
+
+inline void fiber_main(void* arg);
+
+// Run `next` in place of `self`, which has just blocked; returns when `self` is resumed.
+inline void switch_to(Runtime& r, Thread* self, Thread* next) {
+  if (next == self) return;
+  r.cur = next;
+  if (next->state == State::Fresh) {
+    next->state = State::Runnable;
+    next->ctx.start(r.stacks[next->linear]->top(), &fiber_main, next);
+  }
+  Context::jump(self->ctx, next->ctx);
 }
 
 inline void fiber_main(void* arg) {
   Runtime& r = rt();
   Thread* self = static_cast<Thread*>(arg);
-  r.cur = self;
+  Thread* next = nullptr;
   try {
-    r.body(r.body_arg);
+    for (;;) {
+      r.body(r.body_arg);
+      self->state = State::Done;
+      ++r.done;
+      r.warps[self->linear / kWarp].exited |= 1u << (self->linear % kWarp);
+      next = pick(r);
+      // A thread that has not started owns nothing yet: rather than start it on a stack of
+      // its own, run it here, on the stack of the thread that just finished. A kernel without
+      // synchronisation thus runs its threads as a plain loop.
+      if (!next || next->state != State::Fresh) break;
+      next->state = State::Runnable;
+      r.cur = self = next;
+    }
+  } catch (const BlockError& e) {
+    r.error = e.what();
+    next = nullptr;
   } catch (const std::exception& e) {
     r.error = where(*self) + ": " + e.what();
+    next = nullptr;
   } catch (...) {
     r.error = where(*self) + ": unknown exception";
+    next = nullptr;
   }
-  self->state = State::Done;
-  Context::jump(self->ctx, r.scheduler);   // never resumed
+  // This fiber is finished (or the block failed): it is never resumed.
+  if (next) {
+    r.cur = next;
+    Context::jump(self->ctx, next->ctx);
+  } else {
+    Context::jump(self->ctx, r.scheduler);
+  }
   __builtin_unreachable();
 }
 
@@ -244,73 +408,34 @@ inline int syncthreads(int line, int pred = 0) {
   Thread* self = r.cur;
   self->state = State::AtBarrier;
   self->barrier_line = line;
-  self->sync_arg = pred != 0;
-  yield();
-  return self->sync_result;
-}
-
-// Called by the scheduler when no thread can run: release a complete barrier or report why the
-// block can make no progress.
-inline void release_or_diagnose() {
-  Runtime& r = rt();
-  int waiting = 0, done = 0, at_warp = 0, line = -1;
-  const Thread* exited = nullptr;
-  const Thread* other_line = nullptr;
-  int count = 0;
-  for (auto& t : r.threads) {
-    if (t.state == State::AtBarrier) {
-      if (line < 0) line = t.barrier_line;
-      else if (t.barrier_line != line) other_line = &t;
-      ++waiting;
-      count += t.sync_arg;
-    } else if (t.state == State::Done) {
-      ++done;
-      if (!exited) exited = &t;
-    } else if (t.state == State::AtWarp) {
-      ++at_warp;
-    }
+  if (r.arrived++ == 0) r.barrier_line = line;
+  else r.barrier_mixed |= line != r.barrier_line;
+  r.sync_count += pred != 0;
+  Thread* next;
+  if (r.arrived == r.nthreads && !r.barrier_mixed) {
+    for (auto& t : r.threads) t.state = State::Runnable;
+    // One result for the block: no thread can reach the next barrier, let alone complete
+    // it, before every thread has resumed from this one and read it.
+    r.sync_result = r.sync_count;
+    r.sync_count = r.arrived = 0;
+    new_pass(r);
+    next = scan(r);
+  } else {
+    next = pick(r);
   }
-  char buf[256];
-  if (waiting == 0 && at_warp > 0) {
-    std::snprintf(buf, sizeof buf, "deadlock: %d threads wait in warp collectives that can never "
-                  "complete (a lane of their mask exited or never arrives)", at_warp);
-    fail(buf);
-  }
-  if (other_line) {
-    std::snprintf(buf, sizeof buf, "divergent barrier: threads wait at __syncthreads on line %d "
-                  "and on line %d", line, other_line->barrier_line);
-    throw KernelError(where(*other_line) + ": " + buf);
-  }
-  if (at_warp > 0) {
-    std::snprintf(buf, sizeof buf, "deadlock: %d threads wait at __syncthreads (line %d) while %d "
-                  "wait in a warp collective", waiting, line, at_warp);
-    fail(buf);
-  }
-  if (done > 0) {
-    std::snprintf(buf, sizeof buf, "divergent barrier: %d threads wait at __syncthreads on line %d "
-                  "but this thread has exited", waiting, line);
-    throw KernelError(where(*exited) + ": " + buf);
-  }
-  for (auto& t : r.threads) {
-    t.sync_result = count;
-    t.state = State::Runnable;
-  }
+  switch_to(r, self, next);
+  return r.sync_result;
 }
 
 // ---- warp collectives ----------------------------------------------------------------------
-inline uint32_t existing_lanes(int warp) {
-  int n = std::min(kWarp, rt().nthreads - warp * kWarp);
-  return n >= kWarp ? 0xffffffffu : ((1u << n) - 1u);
-}
-
-inline int lane_of(const Thread& t) { return t.linear % kWarp; }
+inline uint32_t existing_lanes(int warp) { return rt().warps[warp].lanes; }
 
 inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
   Runtime& r = rt();
   Thread* self = r.cur;
-  int w = self->linear / kWarp, lane = lane_of(*self);
+  int w = self->linear / kWarp, lane = self->linear % kWarp;
   Warp& warp = r.warps[w];
-  uint32_t group = mask & existing_lanes(w);
+  uint32_t group = mask & warp.lanes;
   if (!(group & (1u << lane))) {
     char buf[128];
     std::snprintf(buf, sizeof buf, "warp collective on line %d: mask 0x%08x excludes the calling lane %d",
@@ -322,19 +447,15 @@ inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
   warp.data[lane] = data;
   warp.line[lane] = line;
   warp.arrived |= 1u << lane;
-  for (int l = 0; l < kWarp; ++l) {
-    if (!(group & (1u << l))) continue;
-    const Thread& t = r.threads[w * kWarp + l];
-    if (t.state == State::Done) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "warp collective on line %d: lane %d of mask 0x%08x has exited",
-                    line, l, mask);
-      fail(buf);
-    }
+  if (uint32_t gone = group & warp.exited) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "warp collective on line %d: lane %d of mask 0x%08x has exited",
+                  line, __builtin_ctz(gone), mask);
+    fail(buf);
   }
   if ((warp.arrived & group) != group) {
     self->state = State::AtWarp;
-    yield();
+    switch_to(r, self, pick(r));
     return;
   }
   for (int l = 0; l < kWarp; ++l) {
@@ -366,49 +487,165 @@ inline Order order_from_env(uint64_t& seed) {
                                           "shuffle[:seed], got '") + s + "'");
 }
 
+inline int core_count() {
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+#endif
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+inline int workers_from_env() {
+  const char* s = std::getenv("ATTNBOOK_EMU_WORKERS");
+  if (!s || !*s) return core_count();
+  char* end;
+  long n = std::strtol(s, &end, 10);
+  if (*end || n < 1 || n > 4096)
+    throw std::invalid_argument(std::string("ATTNBOOK_EMU_WORKERS must be a positive integer, "
+                                            "got '") + s + "'");
+  return int(n);
+}
+
+// State of the host side, shared by every thread of the process.
+struct Host {
+  std::mutex m;
+  std::vector<std::pair<const void*, int>> smem_optin;   // cudaFuncSetAttribute's grants
+};
+inline Host& host() {
+  static Host* h = new Host();   // never destroyed: worker threads outlive static destructors
+  return *h;
+}
+
 inline size_t dynamic_smem_limit(const void* fn) {
-  for (auto& [f, bytes] : rt().smem_optin)
+  std::lock_guard<std::mutex> lock(host().m);
+  for (auto& [f, bytes] : host().smem_optin)
     if (f == fn) return size_t(bytes);
   return kDefaultDynamicSmem;
 }
 
-inline void run_block() {
-  Runtime& r = rt();
-  std::vector<int> order(r.nthreads);
-  for (int i = 0; i < r.nthreads; ++i) {
+// Get this worker ready for the job's block shape.
+inline void prepare(Runtime& r, const Job& job) {
+  r.kernel = job.kernel;
+  r.grid = job.grid;
+  r.block = job.block;
+  r.body = job.body;
+  r.body_arg = job.body_arg;
+  r.mode = job.order;
+  int n = job.nthreads;
+  r.nthreads = n;
+  r.threads.assign(n, Thread{});
+  r.warps.assign((n + kWarp - 1) / kWarp, Warp{});
+  for (size_t w = 0; w < r.warps.size(); ++w) {
+    int lanes = std::min(kWarp, n - int(w) * kWarp);
+    r.warps[w].lanes = lanes >= kWarp ? 0xffffffffu : ((1u << lanes) - 1u);
+  }
+  while (r.stacks.size() < size_t(n)) r.stacks.push_back(new Stack());
+  r.order.resize(n);
+  const dim3& b = job.block;
+  for (int i = 0; i < n; ++i) {
     Thread& t = r.threads[i];
-    t.state = State::Runnable;
-    t.ctx.start(r.stacks[i]->top(), &fiber_main, &t);
+    t.linear = i;
+    t.tid = {unsigned(i % b.x), unsigned(i / b.x % b.y), unsigned(i / (b.x * b.y))};
   }
-  for (auto& w : r.warps) w.arrived = 0;
-  int remaining = r.nthreads;
-  while (remaining > 0) {
-    for (int i = 0; i < r.nthreads; ++i) order[i] = r.order == Order::Reverse ? r.nthreads - 1 - i : i;
-    if (r.order == Order::Shuffle) std::shuffle(order.begin(), order.end(), r.rng);
-    bool ran = false;
-    for (int i : order) {
-      Thread& t = r.threads[i];
-      if (t.state != State::Runnable) continue;
-      ran = true;
-      Context::jump(r.scheduler, t.ctx);
-      if (!r.error.empty()) throw KernelError(r.error);
-      if (t.state == State::Done) --remaining;
+}
+
+inline void run_block(Runtime& r, const Job& job, uint64_t b) {
+  const dim3& g = job.grid;
+  r.block_idx = {unsigned(b % g.x), unsigned(b / g.x % g.y), unsigned(b / (uint64_t(g.x) * g.y))};
+  ++r.block_epoch;
+  std::memset(r.dynamic_smem, 0xff, job.smem);   // NaN as float, half and bf16; -1 as int
+  for (auto& t : r.threads) t.state = State::Fresh;
+  for (auto& w : r.warps) w.arrived = w.exited = 0;
+  r.done = r.arrived = r.sync_count = 0;
+  r.barrier_mixed = false;
+  r.error.clear();
+  // The order depends on the block alone (never on which worker ran what before), so every
+  // worker count gives the same schedule.
+  for (int i = 0; i < r.nthreads; ++i) r.order[i] = r.mode == Order::Reverse ? r.nthreads - 1 - i : i;
+  r.rng.s = job.seed ^ ((b + 1) * 0xd1b54a32d192ed03ull);
+  new_pass(r);
+  Thread* first = scan(r);
+  r.cur = first;
+  first->state = State::Runnable;
+  first->ctx.start(r.stacks[first->linear]->top(), &fiber_main, first);
+  Context::jump(r.scheduler, first->ctx);
+  if (!r.error.empty()) throw KernelError(r.error);
+}
+
+// Run blocks of `job` until none is left or one has failed.
+inline void work(Job& job) {
+  Runtime& r = own_runtime();
+  uint64_t b = 0;
+  try {
+    prepare(r, job);
+    for (;;) {
+      b = job.next.fetch_add(1);
+      if (b >= job.nblocks || b > job.failed_block.load()) break;
+      run_block(r, job, b);
     }
-    if (!ran && remaining > 0) {
-      try {
-        release_or_diagnose();
-      } catch (const KernelError& e) {
-        std::string m = e.what();
-        if (m.rfind("kernel '", 0) != 0) {
-          char buf[160];
-          std::snprintf(buf, sizeof buf, "kernel '%s', block (%u,%u,%u): ", r.kernel, r.block_idx.x,
-                        r.block_idx.y, r.block_idx.z);
-          m = buf + m;
-        }
-        throw KernelError(m);
-      }
-    }
+  } catch (const std::exception& e) {
+    job.fail(b, e.what());
   }
+  r.cur = nullptr;
+}
+
+// Helper OS threads, started on demand and kept for the life of the process (each keeps its
+// fiber stacks and thread-local shared memory). Launches come one at a time: launch() holds
+// `launching` throughout.
+struct Pool {
+  std::mutex launching;
+  std::mutex m;
+  std::condition_variable wake, finished;
+  uint64_t generation = 0;   // one per launch that helpers join
+  Job* job = nullptr;
+  int wanted = 0;            // helpers 0..wanted-1 join the current job
+  int busy = 0;              // of those, how many are still at it
+  int started = 0;
+  pid_t pid = getpid();
+};
+
+inline void helper_main(Pool* p, int index) {
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lock(p->m);
+  for (;;) {
+    p->wake.wait(lock, [&] { return p->generation != seen; });
+    seen = p->generation;
+    if (index >= p->wanted) continue;
+    Job* job = p->job;
+    lock.unlock();
+    work(*job);
+    lock.lock();
+    if (--p->busy == 0) p->finished.notify_one();
+  }
+}
+
+inline Pool& pool() {
+  static Pool* p = new Pool();   // never destroyed: its helpers wait on it until exit
+  // A forked child has none of the parent's helpers: start over with a pool of its own.
+  if (p->pid != getpid()) p = new Pool();
+  return *p;
+}
+
+inline void launch(Job& job) {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> one_launch(p.launching);
+  int helpers = int(std::min<uint64_t>(uint64_t(workers_from_env()), job.nblocks)) - 1;
+  if (helpers > 0) {
+    std::lock_guard<std::mutex> lock(p.m);
+    for (; p.started < helpers; ++p.started) std::thread(helper_main, &p, p.started).detach();
+    p.job = &job;
+    p.wanted = p.busy = helpers;
+    ++p.generation;
+    p.wake.notify_all();
+  }
+  work(job);
+  if (helpers > 0) {
+    std::unique_lock<std::mutex> lock(p.m);
+    p.finished.wait(lock, [&] { return p.busy == 0; });
+    p.job = nullptr;
+  }
+  std::fflush(stdout);
+  if (job.failed_block.load() != UINT64_MAX) throw KernelError(job.error);
 }
 
 template <class... P>
@@ -441,7 +678,6 @@ struct Launch {
   }
 
   void run(void (*body)(void*), void* arg) {
-    Runtime& r = rt();
     char buf[256];
     long n = long(block.x) * block.y * block.z;
     if (n < 1 || n > kMaxThreads || block.z > 64) {
@@ -460,34 +696,17 @@ struct Launch {
                     "cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))", name, smem, limit);
       throw KernelError(buf);
     }
-    uint64_t seed;
-    r.order = order_from_env(seed);
-    r.rng.seed(seed);
-    r.kernel = name;
-    r.grid = grid;
-    r.block = block;
-    r.nthreads = int(n);
-    r.body = body;
-    r.body_arg = arg;
-    r.error.clear();
-    r.threads.assign(n, Thread{});
-    r.warps.assign((n + kWarp - 1) / kWarp, Warp{});
-    while (r.stacks.size() < size_t(n)) r.stacks.push_back(new Stack());
-    for (int i = 0; i < n; ++i) {
-      Thread& t = r.threads[i];
-      t.linear = i;
-      t.tid = {unsigned(i % block.x), unsigned(i / block.x % block.y), unsigned(i / (block.x * block.y))};
-    }
-    for (unsigned z = 0; z < grid.z; ++z)
-      for (unsigned y = 0; y < grid.y; ++y)
-        for (unsigned x = 0; x < grid.x; ++x) {
-          r.block_idx = {x, y, z};
-          ++r.block_epoch;
-          std::memset(r.dynamic_smem, 0xff, smem);   // NaN as float, half and bf16; -1 as int
-          run_block();
-        }
-    r.cur = nullptr;
-    std::fflush(stdout);
+    Job job;
+    job.order = order_from_env(job.seed);
+    job.kernel = name;
+    job.grid = grid;
+    job.block = block;
+    job.nthreads = int(n);
+    job.smem = smem;
+    job.body = body;
+    job.body_arg = arg;
+    job.nblocks = uint64_t(grid.x) * grid.y * grid.z;
+    launch(job);
   }
 };
 
@@ -499,9 +718,10 @@ Launch<P...> launch_of(void (*kernel)(P...), const char* name) {
   return l;
 }
 
-// Static __shared__ variables are function statics, shared by the block's fibers. The source
-// transform calls this right after each declaration; the first thread of each block to pass it
-// fills the variable with NaN, so a read of shared memory nobody wrote shows up.
+// Static __shared__ variables are thread-local statics: shared by the fibers of a worker,
+// which run one block at a time. The source transform calls this right after each
+// declaration; the first thread of each block to pass it fills the variable with NaN, so a
+// read of shared memory nobody wrote shows up.
 inline void poison_static_shared(void* p, size_t bytes) {
   Runtime& r = rt();
   for (auto& [addr, epoch] : r.static_smem) {
