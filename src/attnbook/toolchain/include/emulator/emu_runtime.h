@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -51,10 +52,12 @@ struct KernelError : std::runtime_error { using std::runtime_error::runtime_erro
 
 // ---- context switching ------------------------------------------------------------------
 #ifndef ATTNBOOK_EMU_USE_UCONTEXT
-// Save the callee-saved registers and the FP control words on the current stack, store the
-// stack pointer in *save, and resume the context whose stack pointer is `next`. A new fiber's
-// stack is laid out by Context::start so that its first resume "returns" into emu_start,
-// which calls r13(r12). About 10 ns, against ~350 ns for swapcontext's signal-mask syscall.
+// Save the callee-saved registers on the current stack, store the stack pointer in *save, and
+// resume the context whose stack pointer is `next`. A new fiber's stack is laid out by
+// Context::start so that its first resume "returns" into emu_start, which calls r13(r12).
+// The FP control words (MXCSR, x87) are not switched: loading them costs more than all the
+// rest, and kernel code has no way to change them, so every fiber runs with its worker's, as
+// a function call would. A few ns, against ~350 ns for swapcontext's signal-mask syscall.
 extern "C" void attnbook_emu_switch(void** save, void* next);
 extern "C" void attnbook_emu_start();
 asm(R"(
@@ -70,14 +73,8 @@ attnbook_emu_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -107,10 +104,7 @@ struct Context {
     s[-4] = reinterpret_cast<uint64_t>(arg);                     // r12
     s[-5] = reinterpret_cast<uint64_t>(fn);                      // r13
     s[-6] = s[-7] = 0;                                           // r14, r15
-    uint32_t ctl[2];
-    asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(ctl[0]), "=m"(ctl[1]));
-    std::memcpy(&s[-8], ctl, 8);
-    sp = &s[-8];
+    sp = &s[-7];
   }
   static void jump(Context& from, Context& to) { attnbook_emu_switch(&from.sp, to.sp); }
 };
@@ -136,20 +130,40 @@ struct Context {
 };
 #endif
 
-// A fiber stack with a PROT_NONE guard region below it: an overflow faults at once.
-struct Stack {
-  char* base = nullptr;
-  Stack() {
-    void* p = mmap(nullptr, kStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("emulator: cannot allocate a fiber stack");
-    base = static_cast<char*>(p);
-    mprotect(base, kGuardBytes, PROT_NONE);
-  }
-  char* top() const { return base + kGuardBytes + kStackBytes; }
-  Stack(const Stack&) = delete;
-  ~Stack() { munmap(base, kStackBytes + kGuardBytes); }
-};
+// ---- memory: one arena per worker ------------------------------------------------------------
+// An arena, aligned to its size, holds the worker's Runtime at its start, then one slot per
+// fiber: a PROT_NONE guard (an overflow faults at once) below the fiber's stack. Code on a
+// fiber finds its worker by rounding the stack pointer down (see rt()). The stacks' tops are
+// staggered ("coloured"): at one offset in equal slots, the hot top lines of every fiber
+// would fall into the same few cache sets and evict each other at every switch.
+constexpr size_t kColorBytes = 64 * 1024;
+constexpr size_t kSlotBytes = kGuardBytes + kStackBytes + kColorBytes;
+constexpr size_t kArenaBytes = size_t(1) << 29;
+static_assert((kMaxThreads + 1) * kSlotBytes <= kArenaBytes, "arena too small");
+
+// Address space for an arena, all PROT_NONE until committed.
+inline char* reserve_arena() {
+  void* p = mmap(nullptr, 2 * kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) throw std::runtime_error("emulator: cannot reserve fiber stacks");
+  char* start = static_cast<char*>(p);
+  char* arena = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + kArenaBytes - 1) &
+                                        ~uintptr_t(kArenaBytes - 1));
+  if (arena > start) munmap(start, arena - start);
+  munmap(arena + kArenaBytes, start + kArenaBytes - arena);
+  return arena;
+}
+
+inline void commit(char* p, size_t bytes) {
+  if (mprotect(p, bytes, PROT_READ | PROT_WRITE))
+    throw std::runtime_error("emulator: cannot allocate a fiber stack");
+}
+
+// Slot 0 holds the Runtime; fiber i's stack is in slot i + 1.
+inline char* slot(char* arena, int fiber) { return arena + size_t(fiber + 1) * kSlotBytes; }
+inline char* stack_top(char* arena, int fiber) {
+  return slot(arena, fiber) + kSlotBytes - size_t(fiber) * 1088 % kColorBytes;
+}
 
 // ---- threads, warps, blocks --------------------------------------------------------------
 // Fresh: not started yet (it has no stack of its own until it needs one). Fresh sorts before
@@ -235,7 +249,7 @@ struct Runtime {
   Thread* cur = nullptr;
   std::vector<Thread> threads;
   std::vector<Warp> warps;
-  std::vector<Stack*> stacks;
+  int stacks = 0;           // fibers whose stack slot is committed
   Context scheduler;       // the worker's own stack, where a block starts and ends
   std::string error;       // set by the fiber that failed
   // The pass in progress: threads run in order[0..], pos is the one running now.
@@ -252,16 +266,28 @@ struct Runtime {
   std::vector<std::pair<void*, uint64_t>> static_smem;    // address -> epoch it was poisoned
 };
 
-// Each worker's runtime is thread-local. Fibers never move between OS threads (a block runs
-// start to end on one worker), so code on a fiber may keep what rt() returned across a switch.
-inline Runtime*& rt_slot() {
-  static thread_local Runtime* r = nullptr;
-  return r;
+// The runtime of the worker running the calling fiber, found from the stack pointer: a
+// thread_local in a dlopen'ed library costs a call per access, and kernels ask for threadIdx
+// often. Only code on a fiber may call it. Fibers never move between workers (a block runs
+// start to end on one), so a fiber may keep what rt() returned across a switch.
+inline Runtime& rt() {
+  char here;
+  auto sp = reinterpret_cast<uintptr_t>(&here);
+  asm("" : "+r"(sp));   // the Runtime is not part of `here`: hide where sp came from
+  return *reinterpret_cast<Runtime*>(sp & ~uintptr_t(kArenaBytes - 1));
 }
-inline Runtime& rt() { return *rt_slot(); }
+static_assert(sizeof(Runtime) <= kSlotBytes, "the Runtime must fit in slot 0");
+
+inline char* arena(Runtime& r) { return reinterpret_cast<char*>(&r); }
+
+// The calling OS thread's worker runtime, made on first use.
 inline Runtime& own_runtime() {
-  Runtime*& r = rt_slot();
-  if (!r) r = new Runtime();   // never destroyed: an abandoned fiber may still point into it
+  static thread_local Runtime* r = nullptr;
+  if (!r) {   // never destroyed: an abandoned fiber may still point into it
+    char* a = reserve_arena();
+    commit(a, kSlotBytes);
+    r = new (a) Runtime();
+  }
   return *r;
 }
 
@@ -352,12 +378,12 @@ inline Thread* pick(Runtime& r) {
 inline void fiber_main(void* arg);
 
 // Run `next` in place of `self`, which has just blocked; returns when `self` is resumed.
-inline void switch_to(Runtime& r, Thread* self, Thread* next) {
+__attribute__((noinline)) inline void switch_to(Runtime& r, Thread* self, Thread* next) {
   if (next == self) return;
   r.cur = next;
   if (next->state == State::Fresh) {
     next->state = State::Runnable;
-    next->ctx.start(r.stacks[next->linear]->top(), &fiber_main, next);
+    next->ctx.start(stack_top(arena(r), next->linear), &fiber_main, next);
   }
   Context::jump(self->ctx, next->ctx);
 }
@@ -539,7 +565,7 @@ inline void prepare(Runtime& r, const Job& job) {
     int lanes = std::min(kWarp, n - int(w) * kWarp);
     r.warps[w].lanes = lanes >= kWarp ? 0xffffffffu : ((1u << lanes) - 1u);
   }
-  while (r.stacks.size() < size_t(n)) r.stacks.push_back(new Stack());
+  for (; r.stacks < n; ++r.stacks) commit(slot(arena(r), r.stacks) + kGuardBytes, kSlotBytes - kGuardBytes);
   r.order.resize(n);
   const dim3& b = job.block;
   for (int i = 0; i < n; ++i) {
@@ -567,7 +593,7 @@ inline void run_block(Runtime& r, const Job& job, uint64_t b) {
   Thread* first = scan(r);
   r.cur = first;
   first->state = State::Runnable;
-  first->ctx.start(r.stacks[first->linear]->top(), &fiber_main, first);
+  first->ctx.start(stack_top(arena(r), first->linear), &fiber_main, first);
   Context::jump(r.scheduler, first->ctx);
   if (!r.error.empty()) throw KernelError(r.error);
 }
