@@ -139,7 +139,6 @@ struct Context {
 constexpr size_t kColorBytes = 64 * 1024;
 constexpr size_t kSlotBytes = kGuardBytes + kStackBytes + kColorBytes;
 constexpr size_t kArenaBytes = size_t(1) << 29;
-static_assert((kMaxThreads + 1) * kSlotBytes <= kArenaBytes, "arena too small");
 
 // Address space for an arena, all PROT_NONE until committed.
 inline char* reserve_arena() {
@@ -159,15 +158,9 @@ inline void commit(char* p, size_t bytes) {
     throw std::runtime_error("emulator: cannot allocate a fiber stack");
 }
 
-// Slot 0 holds the Runtime; fiber i's stack is in slot i + 1.
-inline char* slot(char* arena, int fiber) { return arena + size_t(fiber + 1) * kSlotBytes; }
-inline char* stack_top(char* arena, int fiber) {
-  return slot(arena, fiber) + kSlotBytes - size_t(fiber) * 1088 % kColorBytes;
-}
-
 // ---- threads, warps, blocks --------------------------------------------------------------
-// Fresh: not started yet (it has no stack of its own until it needs one). Fresh sorts before
-// Runnable so that "may run now" is one comparison.
+// Fresh: not started yet (it has no fiber until it needs one). Fresh sorts before Runnable so
+// that "may run now" is one comparison.
 enum class State : uint8_t { Fresh, Runnable, AtBarrier, AtWarp, Done };
 
 // A warp collective: every participating lane deposits a pointer to its own data; the last
@@ -187,11 +180,20 @@ struct Warp {
 };
 
 struct Thread {
-  Context ctx;
+  Context ctx;             // where it waits when blocked
   uint3 tid;
   int linear = 0;
   State state = State::Fresh;
   int barrier_line = 0;
+};
+
+// Fiber i runs thread i of every block, and the threads that start after it on its stack
+// (see fiber_main). Between blocks it waits, parked, at the end of its loop; a fiber that is
+// not parked when its next thread starts (never started, or abandoned by a failed block) is
+// started afresh.
+struct Fiber {
+  Context ctx;             // where it waits when parked
+  bool parked = false;
 };
 
 enum class Order { Forward, Reverse, Shuffle };
@@ -264,6 +266,7 @@ struct Runtime {
   // Dynamic shared memory: this worker's, reused by each block it runs.
   alignas(128) unsigned char dynamic_smem[kMaxDynamicSmem];
   std::vector<std::pair<void*, uint64_t>> static_smem;    // address -> epoch it was poisoned
+  Fiber fibers[kMaxThreads];
 };
 
 // The runtime of the worker running the calling fiber, found from the stack pointer: a
@@ -276,16 +279,23 @@ inline Runtime& rt() {
   asm("" : "+r"(sp));   // the Runtime is not part of `here`: hide where sp came from
   return *reinterpret_cast<Runtime*>(sp & ~uintptr_t(kArenaBytes - 1));
 }
-static_assert(sizeof(Runtime) <= kSlotBytes, "the Runtime must fit in slot 0");
 
-inline char* arena(Runtime& r) { return reinterpret_cast<char*>(&r); }
+// The Runtime fills the arena's first slots; fiber i's stack is in the i-th slot after them.
+constexpr size_t kRuntimeSlots = (sizeof(Runtime) + kSlotBytes - 1) / kSlotBytes;
+static_assert((kMaxThreads + kRuntimeSlots) * kSlotBytes <= kArenaBytes, "arena too small");
+inline char* slot(Runtime& r, int fiber) {
+  return reinterpret_cast<char*>(&r) + (fiber + kRuntimeSlots) * kSlotBytes;
+}
+inline char* stack_top(Runtime& r, int fiber) {
+  return slot(r, fiber) + kSlotBytes - size_t(fiber) * 1088 % kColorBytes;
+}
 
 // The calling OS thread's worker runtime, made on first use.
 inline Runtime& own_runtime() {
   static thread_local Runtime* r = nullptr;
   if (!r) {   // never destroyed: an abandoned fiber may still point into it
     char* a = reserve_arena();
-    commit(a, kSlotBytes);
+    commit(a, kRuntimeSlots * kSlotBytes);
     r = new (a) Runtime();
   }
   return *r;
@@ -377,53 +387,60 @@ inline Thread* pick(Runtime& r) {
 
 inline void fiber_main(void* arg);
 
-// Run `next` in place of `self`, which has just blocked; returns when `self` is resumed.
-__attribute__((noinline)) inline void switch_to(Runtime& r, Thread* self, Thread* next) {
-  if (next == self) return;
+// The context to resume to run `next` (and r.cur = next). A fresh thread gets the fiber of
+// its own index, parked or started afresh: that fiber is free, as only the thread of its
+// index starts work on it in a block.
+inline Context& context_of(Runtime& r, Thread* next) {
   r.cur = next;
-  if (next->state == State::Fresh) {
-    next->state = State::Runnable;
-    next->ctx.start(stack_top(arena(r), next->linear), &fiber_main, next);
-  }
-  Context::jump(self->ctx, next->ctx);
+  if (next->state != State::Fresh) return next->ctx;
+  next->state = State::Runnable;
+  Fiber& f = r.fibers[next->linear];
+  if (!f.parked)
+    f.ctx.start(stack_top(r, next->linear), &fiber_main, reinterpret_cast<void*>(intptr_t(next->linear)));
+  f.parked = false;
+  return f.ctx;
+}
+
+// Run `next` in place of `self`, which has just blocked; returns when `self` is resumed.
+inline void switch_to(Runtime& r, Thread* self, Thread* next) {
+  if (next != self) Context::jump(self->ctx, context_of(r, next));
 }
 
 inline void fiber_main(void* arg) {
   Runtime& r = rt();
-  Thread* self = static_cast<Thread*>(arg);
-  Thread* next = nullptr;
-  try {
-    for (;;) {
-      r.body(r.body_arg);
-      self->state = State::Done;
-      ++r.done;
-      r.warps[self->linear / kWarp].exited |= 1u << (self->linear % kWarp);
-      next = pick(r);
-      // A thread that has not started owns nothing yet: rather than start it on a stack of
-      // its own, run it here, on the stack of the thread that just finished. A kernel without
-      // synchronisation thus runs its threads as a plain loop.
-      if (!next || next->state != State::Fresh) break;
-      next->state = State::Runnable;
-      r.cur = self = next;
+  const int fiber = int(reinterpret_cast<intptr_t>(arg));
+  for (;;) {
+    Thread* self = r.cur;
+    Thread* next = nullptr;
+    try {
+      for (;;) {
+        r.body(r.body_arg);
+        self->state = State::Done;
+        ++r.done;
+        r.warps[self->linear / kWarp].exited |= 1u << (self->linear % kWarp);
+        next = pick(r);
+        // A thread that has not started owns nothing yet: rather than switch to a fiber of
+        // its own, run it here. A kernel without synchronisation thus runs its threads as a
+        // plain loop.
+        if (!next || next->state != State::Fresh) break;
+        next->state = State::Runnable;
+        r.cur = self = next;
+      }
+    } catch (const BlockError& e) {
+      r.error = e.what();
+      next = nullptr;
+    } catch (const std::exception& e) {
+      r.error = where(*self) + ": " + e.what();
+      next = nullptr;
+    } catch (...) {
+      r.error = where(*self) + ": unknown exception";
+      next = nullptr;
     }
-  } catch (const BlockError& e) {
-    r.error = e.what();
-    next = nullptr;
-  } catch (const std::exception& e) {
-    r.error = where(*self) + ": " + e.what();
-    next = nullptr;
-  } catch (...) {
-    r.error = where(*self) + ": unknown exception";
-    next = nullptr;
+    // Park until the fiber's thread of a later block starts (the block is done with it).
+    Context& to = next ? context_of(r, next) : r.scheduler;
+    r.fibers[fiber].parked = true;
+    Context::jump(r.fibers[fiber].ctx, to);
   }
-  // This fiber is finished (or the block failed): it is never resumed.
-  if (next) {
-    r.cur = next;
-    Context::jump(self->ctx, next->ctx);
-  } else {
-    Context::jump(self->ctx, r.scheduler);
-  }
-  __builtin_unreachable();
 }
 
 // ---- barriers ------------------------------------------------------------------------------
@@ -565,7 +582,7 @@ inline void prepare(Runtime& r, const Job& job) {
     int lanes = std::min(kWarp, n - int(w) * kWarp);
     r.warps[w].lanes = lanes >= kWarp ? 0xffffffffu : ((1u << lanes) - 1u);
   }
-  for (; r.stacks < n; ++r.stacks) commit(slot(arena(r), r.stacks) + kGuardBytes, kSlotBytes - kGuardBytes);
+  for (; r.stacks < n; ++r.stacks) commit(slot(r, r.stacks) + kGuardBytes, kSlotBytes - kGuardBytes);
   r.order.resize(n);
   const dim3& b = job.block;
   for (int i = 0; i < n; ++i) {
@@ -590,11 +607,7 @@ inline void run_block(Runtime& r, const Job& job, uint64_t b) {
   for (int i = 0; i < r.nthreads; ++i) r.order[i] = r.mode == Order::Reverse ? r.nthreads - 1 - i : i;
   r.rng.s = job.seed ^ ((b + 1) * 0xd1b54a32d192ed03ull);
   new_pass(r);
-  Thread* first = scan(r);
-  r.cur = first;
-  first->state = State::Runnable;
-  first->ctx.start(stack_top(arena(r), first->linear), &fiber_main, first);
-  Context::jump(r.scheduler, first->ctx);
+  Context::jump(r.scheduler, context_of(r, scan(r)));
   if (!r.error.empty()) throw KernelError(r.error);
 }
 
