@@ -52,14 +52,15 @@ struct KernelError : std::runtime_error { using std::runtime_error::runtime_erro
 
 // ---- context switching ------------------------------------------------------------------
 #ifndef ATTNBOOK_EMU_USE_UCONTEXT
-// Save the callee-saved registers on the current stack, store the stack pointer in *save, and
-// resume the context whose stack pointer is `next`. A new fiber's stack is laid out by
-// Context::start so that its first resume "returns" into emu_start, which calls r13(r12).
-// The FP control words (MXCSR, x87) are not switched: loading them costs more than all the
-// rest, and kernel code has no way to change them, so every fiber runs with its worker's, as
-// a function call would. A few ns, against ~350 ns for swapcontext's signal-mask syscall.
+// switch: save the callee-saved registers on the current stack, store the stack pointer in
+// *save, and resume the context whose stack pointer is `next`. call_on: save the same way,
+// then call fn(arg) on the stack whose top is `top`, to start a fiber: a call, where
+// resuming a prepared stack would be a return the CPU mispredicts. The FP control words
+// (MXCSR, x87) are not switched: loading them costs more than all the rest, and kernel code
+// has no way to change them, so every fiber runs with its worker's, as a function call
+// would. A few ns, against ~350 ns for swapcontext's signal-mask syscall.
 extern "C" void attnbook_emu_switch(void** save, void* next);
-extern "C" void attnbook_emu_start();
+extern "C" void attnbook_emu_call_on(void** save, char* top, void (*fn)(void*), void* arg);
 asm(R"(
 .text
 .p2align 4
@@ -84,43 +85,46 @@ attnbook_emu_switch:
     ret
 .size attnbook_emu_switch, .-attnbook_emu_switch
 .p2align 4
-.globl attnbook_emu_start
-.hidden attnbook_emu_start
-.type attnbook_emu_start,@function
-attnbook_emu_start:
-    movq %r12, %rdi
-    callq *%r13
+.globl attnbook_emu_call_on
+.hidden attnbook_emu_call_on
+.type attnbook_emu_call_on,@function
+attnbook_emu_call_on:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    movq %rcx, %rdi
+    callq *%rdx
     ud2
-.size attnbook_emu_start, .-attnbook_emu_start
+.size attnbook_emu_call_on, .-attnbook_emu_call_on
 )");
 
 struct Context {
   void* sp = nullptr;
-  void start(char* stack_top, void (*fn)(void*), void* arg) {
-    auto* s = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(stack_top) & ~uintptr_t(15));
-    s[-1] = reinterpret_cast<uint64_t>(&attnbook_emu_start);   // "return" address
-    s[-2] = 0;                                                   // rbp
-    s[-3] = 0;                                                   // rbx
-    s[-4] = reinterpret_cast<uint64_t>(arg);                     // r12
-    s[-5] = reinterpret_cast<uint64_t>(fn);                      // r13
-    s[-6] = s[-7] = 0;                                           // r14, r15
-    sp = &s[-7];
-  }
   static void jump(Context& from, Context& to) { attnbook_emu_switch(&from.sp, to.sp); }
+  // Run fn(arg), which never returns, on a new stack (top 16-byte aligned) as context `to`.
+  static void start(Context& from, Context&, char* top, void (*fn)(void*), void* arg) {
+    attnbook_emu_call_on(&from.sp, top, fn, arg);
+  }
 };
 #else
 // Portable fallback: makecontext/swapcontext (a syscall per switch, so ~30x slower).
 struct Context {
   ucontext_t uc;
-  void start(char* stack_top, void (*fn)(void*), void* arg) {
-    getcontext(&uc);
-    uc.uc_stack.ss_sp = stack_top - kStackBytes;
-    uc.uc_stack.ss_size = kStackBytes;
-    uc.uc_link = nullptr;
+  static void start(Context& from, Context& to, char* top, void (*fn)(void*), void* arg) {
+    getcontext(&to.uc);
+    to.uc.uc_stack.ss_sp = top - kStackBytes;
+    to.uc.uc_stack.ss_size = kStackBytes;
+    to.uc.uc_link = nullptr;
     auto f = reinterpret_cast<uintptr_t>(fn), a = reinterpret_cast<uintptr_t>(arg);
     // makecontext passes int arguments only: pointers travel as 32-bit halves.
-    makecontext(&uc, reinterpret_cast<void (*)()>(&trampoline), 4, unsigned(f >> 32), unsigned(f),
-                unsigned(a >> 32), unsigned(a));
+    makecontext(&to.uc, reinterpret_cast<void (*)()>(&trampoline), 4, unsigned(f >> 32),
+                unsigned(f), unsigned(a >> 32), unsigned(a));
+    jump(from, to);
   }
   static void trampoline(unsigned fhi, unsigned flo, unsigned ahi, unsigned alo) {
     auto fn = reinterpret_cast<void (*)(void*)>((uintptr_t(fhi) << 32) | flo);
@@ -180,20 +184,11 @@ struct Warp {
 };
 
 struct Thread {
-  Context ctx;             // where it waits when blocked
+  Context ctx;
   uint3 tid;
   int linear = 0;
   State state = State::Fresh;
   int barrier_line = 0;
-};
-
-// Fiber i runs thread i of every block, and the threads that start after it on its stack
-// (see fiber_main). Between blocks it waits, parked, at the end of its loop; a fiber that is
-// not parked when its next thread starts (never started, or abandoned by a failed block) is
-// started afresh.
-struct Fiber {
-  Context ctx;             // where it waits when parked
-  bool parked = false;
 };
 
 enum class Order { Forward, Reverse, Shuffle };
@@ -266,7 +261,6 @@ struct Runtime {
   // Dynamic shared memory: this worker's, reused by each block it runs.
   alignas(128) unsigned char dynamic_smem[kMaxDynamicSmem];
   std::vector<std::pair<void*, uint64_t>> static_smem;    // address -> epoch it was poisoned
-  Fiber fibers[kMaxThreads];
 };
 
 // The runtime of the worker running the calling fiber, found from the stack pointer: a
@@ -387,60 +381,51 @@ inline Thread* pick(Runtime& r) {
 
 inline void fiber_main(void* arg);
 
-// The context to resume to run `next` (and r.cur = next). A fresh thread gets the fiber of
-// its own index, parked or started afresh: that fiber is free, as only the thread of its
-// index starts work on it in a block.
-inline Context& context_of(Runtime& r, Thread* next) {
+// Save the running context in `from` and run `next`: resume it, or start it on its own stack.
+inline void resume(Runtime& r, Context& from, Thread* next) {
   r.cur = next;
-  if (next->state != State::Fresh) return next->ctx;
+  if (next->state != State::Fresh) return Context::jump(from, next->ctx);
   next->state = State::Runnable;
-  Fiber& f = r.fibers[next->linear];
-  if (!f.parked)
-    f.ctx.start(stack_top(r, next->linear), &fiber_main, reinterpret_cast<void*>(intptr_t(next->linear)));
-  f.parked = false;
-  return f.ctx;
+  Context::start(from, next->ctx, stack_top(r, next->linear), &fiber_main, next);
 }
 
 // Run `next` in place of `self`, which has just blocked; returns when `self` is resumed.
 inline void switch_to(Runtime& r, Thread* self, Thread* next) {
-  if (next != self) Context::jump(self->ctx, context_of(r, next));
+  if (next != self) resume(r, self->ctx, next);
 }
 
 inline void fiber_main(void* arg) {
   Runtime& r = rt();
-  const int fiber = int(reinterpret_cast<intptr_t>(arg));
-  for (;;) {
-    Thread* self = r.cur;
-    Thread* next = nullptr;
-    try {
-      for (;;) {
-        r.body(r.body_arg);
-        self->state = State::Done;
-        ++r.done;
-        r.warps[self->linear / kWarp].exited |= 1u << (self->linear % kWarp);
-        next = pick(r);
-        // A thread that has not started owns nothing yet: rather than switch to a fiber of
-        // its own, run it here. A kernel without synchronisation thus runs its threads as a
-        // plain loop.
-        if (!next || next->state != State::Fresh) break;
-        next->state = State::Runnable;
-        r.cur = self = next;
-      }
-    } catch (const BlockError& e) {
-      r.error = e.what();
-      next = nullptr;
-    } catch (const std::exception& e) {
-      r.error = where(*self) + ": " + e.what();
-      next = nullptr;
-    } catch (...) {
-      r.error = where(*self) + ": unknown exception";
-      next = nullptr;
+  Thread* self = static_cast<Thread*>(arg);
+  Thread* next = nullptr;
+  try {
+    for (;;) {
+      r.body(r.body_arg);
+      self->state = State::Done;
+      ++r.done;
+      r.warps[self->linear / kWarp].exited |= 1u << (self->linear % kWarp);
+      next = pick(r);
+      // A thread that has not started owns nothing yet: rather than start it on a stack of
+      // its own, run it here, on the stack of the thread that just finished. A kernel without
+      // synchronisation thus runs its threads as a plain loop.
+      if (!next || next->state != State::Fresh) break;
+      next->state = State::Runnable;
+      r.cur = self = next;
     }
-    // Park until the fiber's thread of a later block starts (the block is done with it).
-    Context& to = next ? context_of(r, next) : r.scheduler;
-    r.fibers[fiber].parked = true;
-    Context::jump(r.fibers[fiber].ctx, to);
+  } catch (const BlockError& e) {
+    r.error = e.what();
+    next = nullptr;
+  } catch (const std::exception& e) {
+    r.error = where(*self) + ": " + e.what();
+    next = nullptr;
+  } catch (...) {
+    r.error = where(*self) + ": unknown exception";
+    next = nullptr;
   }
+  // This fiber is finished (or the block failed): it is never resumed.
+  if (next) resume(r, self->ctx, next);
+  else Context::jump(self->ctx, r.scheduler);
+  __builtin_unreachable();
 }
 
 // ---- barriers ------------------------------------------------------------------------------
@@ -607,7 +592,7 @@ inline void run_block(Runtime& r, const Job& job, uint64_t b) {
   for (int i = 0; i < r.nthreads; ++i) r.order[i] = r.mode == Order::Reverse ? r.nthreads - 1 - i : i;
   r.rng.s = job.seed ^ ((b + 1) * 0xd1b54a32d192ed03ull);
   new_pass(r);
-  Context::jump(r.scheduler, context_of(r, scan(r)));
+  resume(r, r.scheduler, scan(r));
   if (!r.error.empty()) throw KernelError(r.error);
 }
 
