@@ -188,6 +188,7 @@ struct Thread {
   uint3 tid;
   int linear = 0;
   State state = State::Fresh;
+  bool pred = false;       // at a barrier: its __syncthreads_count/_and/_or argument
   int barrier_line = 0;
 };
 
@@ -252,12 +253,12 @@ struct Runtime {
   // The pass in progress: threads run in order[0..], pos is the one running now.
   Order mode = Order::Forward;
   Rng rng;
-  std::vector<int> order;
+  std::vector<Thread*> order;
   int pos = 0;
   int done = 0;
-  // The barrier being gathered: how many arrived, on which line, how many with a true pred.
-  int arrived = 0, barrier_line = 0, sync_count = 0, sync_result = 0;
-  bool barrier_mixed = false;
+  int arrived = 0;          // at the barrier being gathered
+  int sync_result = 0;      // of the last barrier released
+
   // Dynamic shared memory: this worker's, reused by each block it runs.
   alignas(128) unsigned char dynamic_smem[kMaxDynamicSmem];
   std::vector<std::pair<void*, uint64_t>> static_smem;    // address -> epoch it was poisoned
@@ -323,8 +324,8 @@ inline void new_pass(Runtime& r) {
 
 inline Thread* scan(Runtime& r) {
   while (++r.pos < r.nthreads) {
-    Thread& t = r.threads[r.order[r.pos]];
-    if (t.state <= State::Runnable) return &t;
+    Thread* t = r.order[r.pos];
+    if (t->state <= State::Runnable) return t;
   }
   return nullptr;
 }
@@ -435,21 +436,26 @@ inline int syncthreads(int line, int pred = 0) {
   Runtime& r = rt();
   Thread* self = r.cur;
   self->state = State::AtBarrier;
+  self->pred = pred != 0;
   self->barrier_line = line;
-  if (r.arrived++ == 0) r.barrier_line = line;
-  else r.barrier_mixed |= line != r.barrier_line;
-  r.sync_count += pred != 0;
   Thread* next;
-  if (r.arrived == r.nthreads && !r.barrier_mixed) {
-    for (auto& t : r.threads) t.state = State::Runnable;
+  if (++r.arrived < r.nthreads) {
+    next = pick(r);
+  } else if (std::all_of(r.threads.begin(), r.threads.end(),
+                         [line](const Thread& t) { return t.barrier_line == line; })) {
     // One result for the block: no thread can reach the next barrier, let alone complete
     // it, before every thread has resumed from this one and read it.
-    r.sync_result = r.sync_count;
-    r.sync_count = r.arrived = 0;
+    int count = 0;
+    for (auto& t : r.threads) {
+      t.state = State::Runnable;
+      count += t.pred;
+    }
+    r.sync_result = count;
+    r.arrived = 0;
     new_pass(r);
     next = scan(r);
   } else {
-    next = pick(r);
+    next = pick(r);   // finds nobody to run, and says so
   }
   switch_to(r, self, next);
   return r.sync_result;
@@ -584,12 +590,12 @@ inline void run_block(Runtime& r, const Job& job, uint64_t b) {
   std::memset(r.dynamic_smem, 0xff, job.smem);   // NaN as float, half and bf16; -1 as int
   for (auto& t : r.threads) t.state = State::Fresh;
   for (auto& w : r.warps) w.arrived = w.exited = 0;
-  r.done = r.arrived = r.sync_count = 0;
-  r.barrier_mixed = false;
+  r.done = r.arrived = 0;
   r.error.clear();
   // The order depends on the block alone (never on which worker ran what before), so every
   // worker count gives the same schedule.
-  for (int i = 0; i < r.nthreads; ++i) r.order[i] = r.mode == Order::Reverse ? r.nthreads - 1 - i : i;
+  for (int i = 0; i < r.nthreads; ++i)
+    r.order[i] = &r.threads[r.mode == Order::Reverse ? r.nthreads - 1 - i : i];
   r.rng.s = job.seed ^ ((b + 1) * 0xd1b54a32d192ed03ull);
   new_pass(r);
   resume(r, r.scheduler, scan(r));
