@@ -82,7 +82,8 @@ attnbook_emu_switch:
     popq %r12
     popq %rbx
     popq %rbp
-    ret
+    popq %rcx
+    jmpq *%rcx
 .size attnbook_emu_switch, .-attnbook_emu_switch
 .p2align 4
 .globl attnbook_emu_call_on
