@@ -6,8 +6,8 @@ pieces of CUDA syntax are not C++; :func:`to_cpp` rewrites them without moving a
 
 * ``kernel<<<grid, block, smem, stream>>>(args)`` becomes a call of the emulator's launcher;
 * ``extern __shared__ T name[];`` becomes a pointer to the emulator's dynamic shared memory,
-  and every static ``__shared__`` declaration inside a function is followed by a call that
-  fills it with NaN once per block.
+  and every static ``__shared__`` declaration inside a function is followed by a reference
+  to the (renamed) variable and a call that fills it with NaN once per block.
 
 Kernels shared between files live in ``.cuh`` headers; :func:`inline_headers` pastes those
 into the source first (with ``#line`` markers, so errors still name the header's own lines),
@@ -109,34 +109,42 @@ def _extern_shared(code: str) -> str:
     return _EXTERN_SHARED.sub(sub, code)
 
 
-def _declared_names(decl: str) -> list[str]:
-    names, depth, part = [], 0, ""
-    for ch in decl + ",":
+def _declared_spans(decl: str) -> list[tuple[int, int]]:
+    """Where in ``decl`` (a declaration without its ``;``) each declared name is."""
+    spans, depth, start = [], 0, 0
+    for i, ch in enumerate(decl + ","):
         if ch in "([{<":
             depth += 1
         elif ch in ")]}>":
             depth -= 1
-        if ch == "," and depth == 0:
-            head = re.split(r"[\[=]", part, maxsplit=1)[0]
-            ids = re.findall(r"[A-Za-z_]\w*", head)
+        elif ch == "," and depth == 0:
+            head = re.split(r"[\[=]", decl[start:i], maxsplit=1)[0]
+            ids = list(re.finditer(r"[A-Za-z_]\w*", head))
             if ids:
-                names.append(ids[-1])
-            part = ""
-        else:
-            part += ch
-    return names
+                spans.append((start + ids[-1].start(), start + ids[-1].end()))
+            start = i + 1
+    return spans
 
 
 def _static_shared(code: str, masked: str) -> str:
+    """Each static ``__shared__`` variable (a thread-local: one per worker) is renamed, and its
+    name bound to a reference to it: its address is then looked up once per thread, not at
+    every use (each lookup is a call in a shared library)."""
     edits = []
     for m in _STATIC_SHARED.finditer(masked):
         if masked[:m.start()].count("{") - masked[:m.start()].count("}") <= 0:
             continue      # namespace scope: no statement may follow, and no block to poison for
-        calls = "".join(f" ::attnbook_emu::poison_static_shared(&{n}, sizeof({n}));"
-                        for n in _declared_names(code[m.start(1):m.end(1)]))
-        edits.append((m.end(), calls))
-    for pos, text in reversed(edits):
-        code = code[:pos] + text + code[pos:]
+        decl = code[m.start(1):m.end(1)]
+        spans = _declared_spans(decl)
+        names = [decl[a:b] for a, b in spans]
+        for a, _ in reversed(spans):
+            decl = decl[:a] + "attnbook_shared_" + decl[a:]
+        text = decl + ";" + "".join(
+            f" auto& {n} = *::attnbook_emu::opaque(&attnbook_shared_{n});"
+            f" ::attnbook_emu::poison_static_shared(&{n}, sizeof({n}));" for n in names)
+        edits.append((m.start(1), m.end(), text))
+    for start, end, text in reversed(edits):
+        code = code[:start] + text + code[end:]
     return code
 
 

@@ -53,12 +53,18 @@ struct KernelError : std::runtime_error { using std::runtime_error::runtime_erro
 // ---- context switching ------------------------------------------------------------------
 #ifndef ATTNBOOK_EMU_USE_UCONTEXT
 // switch: save the callee-saved registers on the current stack, store the stack pointer in
-// *save, and resume the context whose stack pointer is `next`. call_on: save the same way,
-// then call fn(arg) on the stack whose top is `top`, to start a fiber: a call, where
-// resuming a prepared stack would be a return the CPU mispredicts. The FP control words
-// (MXCSR, x87) are not switched: loading them costs more than all the rest, and kernel code
-// has no way to change them, so every fiber runs with its worker's, as a function call
-// would. A few ns, against ~350 ns for swapcontext's signal-mask syscall.
+// *save, and resume the context whose stack pointer is `next`. The CPU predicts a return from
+// its stack of recent calls, here the calls of the fiber switching away: right when the next
+// fiber resumes at the same point (the same barrier), wrong at every thread when consecutive
+// fibers wait at different barriers (a kernel alternating two barriers in a loop). So switch
+// returns only in the first case and otherwise jumps, which the CPU predicts from where that
+// jump went before (a jump leaves the return stack one entry out of step: returns out of
+// the resumed fiber's frames are then mispredicted, but only where it had waited elsewhere).
+// call_on: save the same way, then call fn(arg) on the stack whose top is `top`, to start a
+// fiber (a call, where resuming a prepared stack would be a return, mispredicted).
+// The FP control words (MXCSR, x87) are not switched: loading them costs more than all the
+// rest, and kernel code has no way to change them, so every fiber runs with its worker's, as
+// a function call would. A few ns, against ~350 ns for swapcontext's signal-mask syscall.
 extern "C" void attnbook_emu_switch(void** save, void* next);
 extern "C" void attnbook_emu_call_on(void** save, char* top, void (*fn)(void*), void* arg);
 asm(R"(
@@ -75,6 +81,7 @@ attnbook_emu_switch:
     pushq %r14
     pushq %r15
     movq %rsp, (%rdi)
+    movq 48(%rsp), %rax
     movq %rsi, %rsp
     popq %r15
     popq %r14
@@ -82,7 +89,10 @@ attnbook_emu_switch:
     popq %r12
     popq %rbx
     popq %rbp
-    popq %rcx
+    cmpq (%rsp), %rax
+    jne 1f
+    ret
+1:  popq %rcx
     jmpq *%rcx
 .size attnbook_emu_switch, .-attnbook_emu_switch
 .p2align 4
@@ -750,9 +760,18 @@ Launch<P...> launch_of(void (*kernel)(P...), const char* name) {
 }
 
 // Static __shared__ variables are thread-local statics: shared by the fibers of a worker,
-// which run one block at a time. The source transform calls this right after each
-// declaration; the first thread of each block to pass it fills the variable with NaN, so a
-// read of shared memory nobody wrote shows up.
+// which run one block at a time. The source transform binds a reference to each through
+// opaque(), so that the compiler keeps the address it looked up (a call, in a shared library)
+// instead of looking it up again at every use.
+template <class T>
+inline T* opaque(T* p) {
+  asm("" : "+r"(p));
+  return p;
+}
+
+// The source transform calls this right after each static __shared__ declaration; the first
+// thread of each block to pass it fills the variable with NaN, so a read of shared memory
+// nobody wrote shows up.
 inline void poison_static_shared(void* p, size_t bytes) {
   Runtime& r = rt();
   for (auto& [addr, epoch] : r.static_smem) {
