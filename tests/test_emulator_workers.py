@@ -1,5 +1,5 @@
-"""The emulator's worker threads: blocks run on several OS threads at once, and nothing a
-kernel can observe within a block depends on how many."""
+"""The emulator's worker threads: blocks run on several OS threads at once, and nothing
+a kernel can observe within a block depends on how many."""
 import pathlib
 
 import pytest
@@ -12,9 +12,9 @@ HERE = pathlib.Path(__file__).parent / "cuda"
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 1), ("shuffle", 2)]
 
 EXTRA = r"""
-// Half of each warp leaves at once; the other half then shuffles among itself. The threads
-// that leave never wait, so the emulator runs them back to back on one stack: the first
-// thread to wait must still get a stack of its own.
+// Half of each warp leaves at once; the other half then shuffles among itself. The
+// threads that leave never wait, so the emulator runs them back to back on one stack:
+// the first thread to wait must still get a stack of its own.
 __global__ void early_exit_shuffle(float* out) {
   int t = threadIdx.x;
   if (t % 32 < 16) return;
@@ -51,7 +51,8 @@ void run_count_all(int64_t blocks, at::Tensor n, at::Tensor half_n) {
 @pytest.fixture(scope="module")
 def ext():
     return ab.compile("selftest", (HERE / "selftest.cu").read_text(),
-                      (HERE / "selftest_wrapper.cpp").read_text(), ["run"], backend="emulator")
+                      (HERE / "selftest_wrapper.cpp").read_text(), ["run"],
+                      backend="emulator")
 
 
 @pytest.fixture(scope="module")
@@ -73,19 +74,19 @@ def test_workers_must_be_a_positive_int():
 
 def test_bad_worker_count_in_the_environment_is_rejected(ext, monkeypatch):
     monkeypatch.setenv("ATTNBOOK_EMU_WORKERS", "many")
-    with pytest.raises(RuntimeError, match="ATTNBOOK_EMU_WORKERS must be a positive integer"):
+    with pytest.raises(RuntimeError, match="ATTNBOOK_EMU_WORKERS must be a positive"):
         ext.run("block_sum", [torch.zeros(256), torch.zeros(1)], 1, 256, 0, [256])
 
 
 def test_results_are_identical_for_any_worker_count(ext):
-    """A block's thread order depends on the seed and the block's index only: even a racy
-    kernel, whose sums depend on the order, gives the same bits with 1 and 2 workers."""
+    """A block's thread order depends on the seed and the block's index only: even a
+    racy kernel, whose sums depend on the order, gives the same bits with 1 and 2
+    workers."""
     x = torch.randn(64, 256)
     for order in ORDERS:
-        outs = {}
-        for workers in (1, 2):
-            outs[workers] = torch.zeros(64)
-            run(ext, "block_sum_bug", [x, outs[workers]], 64, 256, workers, order, [256])
+        outs = {1: torch.zeros(64), 2: torch.zeros(64)}
+        for workers, out in outs.items():
+            run(ext, "block_sum_bug", [x, out], 64, 256, workers, order, [256])
         assert torch.equal(outs[1], outs[2]), order
         good = torch.zeros(64)
         run(ext, "block_sum", [x, good], 64, 256, 2, order, [256])
@@ -93,7 +94,7 @@ def test_results_are_identical_for_any_worker_count(ext):
 
 
 def test_shuffled_blocks_do_not_share_one_schedule(ext):
-    x = torch.arange(256, dtype=torch.float32).repeat(64, 1)   # every block sums the same row
+    x = torch.arange(256, dtype=torch.float32).repeat(64, 1)   # one row for every block
     out = torch.zeros(64)
     run(ext, "block_sum_bug", [x, out], 64, 256, 2, ("shuffle", 1), [256])
     assert len(set(out.tolist())) > 1
@@ -156,14 +157,17 @@ def test_threads_that_never_wait_share_a_stack_safely(extra):
 
 def test_an_error_in_one_block_stops_the_launch_and_the_next_one_works(ext):
     out = torch.zeros(64)
-    with pytest.raises(RuntimeError, match=r"block \(1,0,0\), thread \(5,0,0\): __trap"):
+    match = r"block \(1,0,0\), thread \(5,0,0\): __trap"
+    with pytest.raises(RuntimeError, match=match):
         run(ext, "failing", [out], 256, 32, 2, args=[0])
     run(ext, "failing", [out], 256, 64, 2, args=[6])
     assert (out == 1).all()
 
 
 def test_the_error_reported_is_the_first_block_s(ext):
-    """Every block fails; whichever worker fails first, the error is block 0's, as with one."""
+    """Every block fails; whichever worker fails first, the error is block 0's, as with
+    one worker."""
+    match = r"block \(0,0,0\), thread \(3,0,0\): device assert"
     for _ in range(5):
-        with pytest.raises(RuntimeError, match=r"block \(0,0,0\), thread \(3,0,0\): device assert"):
+        with pytest.raises(RuntimeError, match=match):
             run(ext, "failing", [torch.zeros(64)], 256, 32, 2, args=[1])

@@ -1,11 +1,13 @@
-"""``python -m attnbook.bench.emulator_speed``: how fast the CPU emulator runs kernels.
+"""``python -m attnbook.bench.emulator_speed [repeats]``: how fast the CPU emulator runs
+kernels.
 
-Prints the cost of the emulator's own machinery (a thread at a ``__syncthreads``, a lane at a
-warp shuffle, a thread of a kernel without any synchronisation) and the time of three whole
-kernels (a shared-memory tree reduction and a warp-shuffle reduction over 4096 blocks of 256
-threads, and the package's fp32 flash forward at B=1, H=4, S=256, D=64), each with one
-worker and with one worker per core. Every figure is the best and the median of several
-runs: on a shared machine the best is the one to compare.
+Prints the cost of the emulator's own machinery (a thread at a ``__syncthreads``, a
+lane at a warp shuffle, a thread of a kernel without any synchronisation) and the time
+of three whole kernels (a shared-memory tree reduction and a warp-shuffle reduction over
+4096 blocks of 256 threads, and the package's fp32 flash forward at B=1, H=4, S=256,
+D=64), with one worker and with one worker per core. Each figure is the best and the
+median of ``repeats`` runs (7 by default), wall-clock: on a machine shared with other
+work, compare the best ones.
 """
 from __future__ import annotations
 
@@ -21,13 +23,13 @@ from ..toolchain import emulator
 from ..toolchain.compile import compile as compile_kernels
 
 SOURCE = r"""
-// R barriers per thread: the cost above the empty kernel is R thread-barriers.
+// `reps` barriers per thread: the time above that of reps = 0 is reps thread-barriers.
 __global__ void barriers(int reps, float* out) {
   for (int i = 0; i < reps; ++i) __syncthreads();
   out[blockIdx.x * blockDim.x + threadIdx.x] = 1.f;
 }
 
-// R shuffles per lane.
+// `reps` shuffles per lane.
 __global__ void shuffles(int reps, float* out) {
   float v = threadIdx.x;
   for (int i = 0; i < reps; ++i) v = __shfl_xor_sync(0xffffffffu, v, 1);
@@ -57,7 +59,7 @@ __global__ void shuffle_sum(const float* x, float* out) {
   float v = warp_sum(x[blockIdx.x * blockDim.x + t]);
   if (lane == 0) partial[warp] = v;
   __syncthreads();
-  v = warp_sum(lane < blockDim.x / 32 ? partial[lane] : 0.f);   // every warp: no divergence
+  v = warp_sum(lane < blockDim.x / 32 ? partial[lane] : 0.f);   // every warp, alike
   if (t == 0) out[blockIdx.x] = v;
 }
 
@@ -86,14 +88,17 @@ void reduce(bool tree, at::Tensor x, at::Tensor out) {
 """
 
 THREADS = 256
+BLOCKS = 4096
 
 
 def core_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
 
 
 def timed(fn, repeats: int) -> tuple[float, float]:
-    """Best and median seconds of ``repeats`` calls of ``fn`` (after one warm-up call)."""
+    """Best and median seconds of ``repeats`` calls of ``fn``, after a warm-up call."""
     fn()
     times = []
     for _ in range(repeats):
@@ -106,30 +111,30 @@ def timed(fn, repeats: int) -> tuple[float, float]:
 def measure(repeats: int = 7) -> list[tuple[str, str, int, float, float]]:
     """Rows of (what, unit, workers, best, median)."""
     ext = compile_kernels("emulator_speed", SOURCE, WRAPPER, ["loop", "reduce"],
-                            backend="emulator")
-    blocks = 4096
-    x = torch.rand(blocks * THREADS)
-    sums = torch.empty(blocks)
+                          backend="emulator")
+    x = torch.rand(BLOCKS * THREADS)
+    sums = torch.empty(BLOCKS)
     q, k, v = (torch.randn(1, 4, 256, 64) for _ in range(3))
-    per_thread = [
+    per_thread = [   # what, unit, blocks, reps, barrier (or shuffle)
         ("barrier", "ns per thread-barrier", 256, 64, True),
         ("shuffle", "ns per lane-shuffle", 256, 32, False),
-        ("barrier-free", "ns per thread", blocks, 0, True),
+        ("barrier-free", "ns per thread", BLOCKS, 0, True),
     ]
     rows = []
     for n in sorted({1, core_count()}):
         with emulator.workers(n):
-            for what, unit, nblocks, reps, kernel in per_thread:
-                out = torch.empty(nblocks * THREADS)
-                work = out.numel() * max(reps, 1) / 1e9
-                best, median = timed(lambda: ext.loop(kernel, reps, out), repeats)
+            for what, unit, blocks, reps, barrier in per_thread:
+                out = torch.empty(blocks * THREADS)
+                count = out.numel() * max(reps, 1) / 1e9
+                best, median = timed(lambda: ext.loop(barrier, reps, out), repeats)
                 if reps:
-                    base = timed(lambda: ext.loop(kernel, 0, out), repeats)
+                    base = timed(lambda: ext.loop(barrier, 0, out), repeats)
                     best, median = best - base[0], median - base[1]
-                rows.append((what, unit, n, best / work, median / work))
-            for kind in ("tree", "shuffle"):
-                best, median = timed(lambda: ext.reduce(kind == "tree", x, sums), repeats)
-                rows.append((f"{kind} reduction 4096x256", "ms", n, best * 1e3, median * 1e3))
+                rows.append((what, unit, n, best / count, median / count))
+            for tree in (True, False):
+                best, median = timed(lambda: ext.reduce(tree, x, sums), repeats)
+                what = f"{'tree' if tree else 'shuffle'} reduction {BLOCKS}x{THREADS}"
+                rows.append((what, "ms", n, best * 1e3, median * 1e3))
             best, median = timed(lambda: attention(q, k, v), repeats)
             rows.append(("flash fp32 1x4x256x64", "ms", n, best * 1e3, median * 1e3))
     return rows

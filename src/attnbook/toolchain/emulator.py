@@ -6,8 +6,8 @@ pieces of CUDA syntax are not C++; :func:`to_cpp` rewrites them without moving a
 
 * ``kernel<<<grid, block, smem, stream>>>(args)`` becomes a call of the emulator's launcher;
 * ``extern __shared__ T name[];`` becomes a pointer to the emulator's dynamic shared memory,
-  and every static ``__shared__`` declaration inside a function is followed by a reference
-  to the (renamed) variable and a call that fills it with NaN once per block.
+  and every static ``__shared__`` declaration inside a function is followed by a
+  reference to the (renamed) variable and a call that fills it with NaN once per block.
 
 Kernels shared between files live in ``.cuh`` headers; :func:`inline_headers` pastes those
 into the source first (with ``#line`` markers, so errors still name the header's own lines),
@@ -15,10 +15,11 @@ so that their launches and shared memory are rewritten too.
 
 :func:`thread_order` chooses the order in which the threads of a block run between two
 barriers (also settable with the environment variable ``ATTNBOOK_THREAD_ORDER``).
-:func:`workers` chooses how many OS threads run blocks at once (``ATTNBOOK_EMU_WORKERS``;
-every core by default). Each block's thread order depends only on the order, its seed and
-the block's index, so results do not depend on the number of workers, except where blocks
-race with each other through atomics or global memory, or print.
+:func:`workers` chooses how many OS threads run blocks at once (every core by default;
+also settable with ``ATTNBOOK_EMU_WORKERS``). A block's thread order depends only on the
+order, its seed and the block's index, so results do not depend on the number of
+workers, except where blocks race each other (through atomics or global memory) or
+print.
 """
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ def thread_order(order: str, seed: int = 0):
 
 
 def workers(n: int):
-    """Run the emulator's blocks on ``n`` OS threads inside the ``with`` block; ``workers(1)``
-    runs them one after another, in order, on the calling thread."""
+    """Run the emulator's blocks on ``n`` OS threads inside the ``with`` block;
+    ``workers(1)`` runs them one after another, in order, on the calling thread."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"workers must be a positive int, got {n!r}")
     return _environ(_WORKERS_ENV, str(n))
@@ -127,9 +128,9 @@ def _declared_spans(decl: str) -> list[tuple[int, int]]:
 
 
 def _static_shared(code: str, masked: str) -> str:
-    """Each static ``__shared__`` variable (a thread-local: one per worker) is renamed, and its
-    name bound to a reference to it: its address is then looked up once per thread, not at
-    every use (each lookup is a call in a shared library)."""
+    """Each static ``__shared__`` variable (a thread-local: one per worker) is renamed,
+    and its name bound to a reference to it: its address is then looked up once per
+    thread, not at every use (each lookup is a call in a shared library)."""
     edits = []
     for m in _STATIC_SHARED.finditer(masked):
         if masked[:m.start()].count("{") - masked[:m.start()].count("}") <= 0:

@@ -26,7 +26,8 @@
 #define __constant__
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
-// One instance per kernel and worker, shared by the fibers of the block the worker runs.
+// One instance per kernel and worker, shared by the fibers of the block the worker
+// runs.
 #define __shared__ static thread_local
 #define threadIdx (::attnbook_emu::rt().cur->tid)
 #define blockIdx (::attnbook_emu::rt().block_idx)
@@ -139,7 +140,8 @@ inline unsigned __activemask() {
 [[noreturn]] inline void __trap() { ::attnbook_emu::fail("__trap() called"); }
 #undef assert
 #define assert(e) ((e) ? (void)0 : ::attnbook_emu::assert_fail(#e, __LINE__))
-inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }   // blocks run in parallel
+// Blocks run in parallel; a block's fibers take turns on one OS thread.
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() {}
 inline void __nanosleep(unsigned) {}
 inline long long clock64() {
@@ -149,26 +151,31 @@ inline long long clock64() {
 inline long clock() { return long(clock64()); }
 template <class T> inline T __ldg(const T* p) { return *p; }
 
-// ---- atomics: real ones, since blocks run on several OS threads at once -----------------
-// Sequentially consistent: on x86 a read-modify-write is a full barrier whatever the order.
+// ---- atomics: real ones, since blocks run on several OS threads at once -------------
+// Sequentially consistent: on x86 every read-modify-write is a full barrier anyway.
 namespace attnbook_emu {
+constexpr int kSeqCst = __ATOMIC_SEQ_CST;
 template <class T, class F>
-inline T atomic_update(T* p, F f) {   // any T of 2, 4 or 8 bytes, floats and __half2 included
+inline T atomic_update(T* p, F f) {   // any T of 2, 4 or 8 bytes: floats, __half2 too
   T old, next;
   __atomic_load(p, &old, __ATOMIC_RELAXED);
   do next = f(old);
-  while (!__atomic_compare_exchange(p, &old, &next, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+  while (!__atomic_compare_exchange(p, &old, &next, true, kSeqCst, __ATOMIC_RELAXED));
   return old;
 }
 }  // namespace attnbook_emu
 template <class T> inline T atomicAdd(T* p, T v) {
-  if constexpr (std::is_integral_v<T>) return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
-  else return ::attnbook_emu::atomic_update(p, [v](T o) { return T(o + v); });
+  if constexpr (std::is_integral_v<T>)
+    return __atomic_fetch_add(p, v, ::attnbook_emu::kSeqCst);
+  else
+    return ::attnbook_emu::atomic_update(p, [v](T o) { return T(o + v); });
 }
-template <class T> inline T atomicSub(T* p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }
+template <class T> inline T atomicSub(T* p, T v) {
+  return __atomic_fetch_sub(p, v, ::attnbook_emu::kSeqCst);
+}
 template <class T> inline T atomicExch(T* p, T v) {
   T old;
-  __atomic_exchange(p, &v, &old, __ATOMIC_SEQ_CST);
+  __atomic_exchange(p, &v, &old, ::attnbook_emu::kSeqCst);
   return old;
 }
 template <class T> inline T atomicMax(T* p, T v) {
@@ -177,18 +184,27 @@ template <class T> inline T atomicMax(T* p, T v) {
 template <class T> inline T atomicMin(T* p, T v) {
   return ::attnbook_emu::atomic_update(p, [v](T o) { return v < o ? v : o; });
 }
-template <class T> inline T atomicAnd(T* p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); }
-template <class T> inline T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
-template <class T> inline T atomicXor(T* p, T v) { return __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST); }
+template <class T> inline T atomicAnd(T* p, T v) {
+  return __atomic_fetch_and(p, v, ::attnbook_emu::kSeqCst);
+}
+template <class T> inline T atomicOr(T* p, T v) {
+  return __atomic_fetch_or(p, v, ::attnbook_emu::kSeqCst);
+}
+template <class T> inline T atomicXor(T* p, T v) {
+  return __atomic_fetch_xor(p, v, ::attnbook_emu::kSeqCst);
+}
 template <class T> inline T atomicCAS(T* p, T cmp, T v) {
-  __atomic_compare_exchange(p, &cmp, &v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  __atomic_compare_exchange(p, &cmp, &v, false, ::attnbook_emu::kSeqCst,
+                            ::attnbook_emu::kSeqCst);
   return cmp;   // the old value, whether or not it matched
 }
 inline unsigned atomicInc(unsigned* p, unsigned lim) {
-  return ::attnbook_emu::atomic_update(p, [lim](unsigned o) { return o >= lim ? 0 : o + 1; });
+  return ::attnbook_emu::atomic_update(
+      p, [lim](unsigned o) { return o >= lim ? 0 : o + 1; });
 }
 inline unsigned atomicDec(unsigned* p, unsigned lim) {
-  return ::attnbook_emu::atomic_update(p, [lim](unsigned o) { return (o == 0 || o > lim) ? lim : o - 1; });
+  return ::attnbook_emu::atomic_update(
+      p, [lim](unsigned o) { return (o == 0 || o > lim) ? lim : o - 1; });
 }
 
 // ---- integer and float intrinsics ----------------------------------------------------------

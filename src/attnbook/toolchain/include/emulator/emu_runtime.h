@@ -1,11 +1,12 @@
-// The CPU emulator's runtime: each thread of a block is a fiber with its own stack; a block's
-// fibers run cooperatively, one at a time, switching only at synchronisation points
-// (__syncthreads, warp collectives). Between two such points every thread runs to the next one
-// before the following thread starts, in an order chosen per phase (forward, reverse or a
-// shuffle seeded by the launch's seed and the block's index), so a missing barrier changes the
-// answer under some order. Blocks are independent: workers, one OS thread per core by default
-// (ATTNBOOK_EMU_WORKERS), each run one block at a time. Included once per extension, by
-// cuda_emulator.h.
+// The CPU emulator's runtime: each thread of a block is a fiber with its own stack; a
+// block's fibers run cooperatively, one at a time, switching only at synchronisation
+// points (__syncthreads, warp collectives). Between two such points every thread runs
+// to the next one before the following thread starts, in an order chosen per phase
+// (forward, reverse or a shuffle seeded by the launch's seed and the block's index), so
+// a missing barrier changes the answer under some order. Blocks are independent:
+// workers, one OS thread per core by default (ATTNBOOK_EMU_WORKERS), each run one block
+// at a time, so a block's schedule does not depend on how many workers there are.
+// Included once per extension, by cuda_emulator.h.
 #pragma once
 
 #include <algorithm>
@@ -52,21 +53,24 @@ struct KernelError : std::runtime_error { using std::runtime_error::runtime_erro
 
 // ---- context switching ------------------------------------------------------------------
 #ifndef ATTNBOOK_EMU_USE_UCONTEXT
-// switch: save the callee-saved registers on the current stack, store the stack pointer in
-// *save, and resume the context whose stack pointer is `next`. The CPU predicts a return from
-// its stack of recent calls, here the calls of the fiber switching away: right when the next
-// fiber resumes at the same point (the same barrier), wrong at every thread when consecutive
-// fibers wait at different barriers (a kernel alternating two barriers in a loop). So switch
-// returns only in the first case and otherwise jumps, which the CPU predicts from where that
-// jump went before (a jump leaves the return stack one entry out of step: returns out of
-// the resumed fiber's frames are then mispredicted, but only where it had waited elsewhere).
-// call_on: save the same way, then call fn(arg) on the stack whose top is `top`, to start a
-// fiber (a call, where resuming a prepared stack would be a return, mispredicted).
-// The FP control words (MXCSR, x87) are not switched: loading them costs more than all the
-// rest, and kernel code has no way to change them, so every fiber runs with its worker's, as
-// a function call would. A few ns, against ~350 ns for swapcontext's signal-mask syscall.
+// switch: save the callee-saved registers on the current stack, store the stack pointer
+// in *save, and resume the context whose stack pointer is `next`. The CPU predicts a
+// return from its stack of recent calls, here those of the fiber switching away: right
+// when the next fiber resumes where this one waits (the same barrier), wrong for every
+// thread when consecutive fibers wait at different barriers (a kernel alternating two
+// barriers in a loop). So switch returns only in the first case and jumps otherwise,
+// which the CPU predicts from where that jump went last. (The jump leaves the return
+// stack one entry out of step: returns out of the resumed fiber's frames mispredict,
+// but only after a switch between different barriers, and a kernel's barriers are
+// mostly in its own body.) call_on: save the same way, then call fn(arg) on the stack
+// whose top is `top`: a new fiber starts with a call, not with a return into a prepared
+// stack, which would mispredict. The FP control words (MXCSR, x87) are not switched:
+// loading them costs more than all the rest, and kernel code has no way to change them,
+// so every fiber runs with its worker's, as a function call would. A few ns, against
+// ~350 ns for swapcontext's signal-mask syscall.
 extern "C" void attnbook_emu_switch(void** save, void* next);
-extern "C" void attnbook_emu_call_on(void** save, char* top, void (*fn)(void*), void* arg);
+extern "C" void attnbook_emu_call_on(void** save, char* top, void (*fn)(void*),
+                                     void* arg);
 asm(R"(
 .text
 .p2align 4
@@ -117,7 +121,8 @@ attnbook_emu_call_on:
 struct Context {
   void* sp = nullptr;
   static void jump(Context& from, Context& to) { attnbook_emu_switch(&from.sp, to.sp); }
-  // Run fn(arg), which never returns, on a new stack (top 16-byte aligned) as context `to`.
+  // Run fn(arg), which never returns, as context `to` on a new stack (top 16-byte
+  // aligned).
   static void start(Context& from, Context&, char* top, void (*fn)(void*), void* arg) {
     attnbook_emu_call_on(&from.sp, top, fn, arg);
   }
@@ -126,7 +131,8 @@ struct Context {
 // Portable fallback: makecontext/swapcontext (a syscall per switch, so ~30x slower).
 struct Context {
   ucontext_t uc;
-  static void start(Context& from, Context& to, char* top, void (*fn)(void*), void* arg) {
+  static void start(Context& from, Context& to, char* top, void (*fn)(void*),
+                    void* arg) {
     getcontext(&to.uc);
     to.uc.uc_stack.ss_sp = top - kStackBytes;
     to.uc.uc_stack.ss_size = kStackBytes;
@@ -145,24 +151,25 @@ struct Context {
 };
 #endif
 
-// ---- memory: one arena per worker ------------------------------------------------------------
-// An arena, aligned to its size, holds the worker's Runtime at its start, then one slot per
-// fiber: a PROT_NONE guard (an overflow faults at once) below the fiber's stack. Code on a
-// fiber finds its worker by rounding the stack pointer down (see rt()). The stacks' tops are
-// staggered ("coloured"): at one offset in equal slots, the hot top lines of every fiber
-// would fall into the same few cache sets and evict each other at every switch.
+// ---- memory: one arena per worker ---------------------------------------------------
+// An arena, aligned to its size, holds the worker's Runtime at its start, then one slot
+// per fiber: a PROT_NONE guard (an overflow faults at once) below the fiber's stack.
+// Code on a fiber finds its worker by rounding the stack pointer down (see rt()). The
+// stacks' tops are staggered ("coloured"): at one offset in equal slots, the hot top
+// lines of every fiber would fall into the same few cache sets and evict each other at
+// every switch.
 constexpr size_t kColorBytes = 64 * 1024;
 constexpr size_t kSlotBytes = kGuardBytes + kStackBytes + kColorBytes;
 constexpr size_t kArenaBytes = size_t(1) << 29;
 
 // Address space for an arena, all PROT_NONE until committed.
 inline char* reserve_arena() {
-  void* p = mmap(nullptr, 2 * kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
-  if (p == MAP_FAILED) throw std::runtime_error("emulator: cannot reserve fiber stacks");
+  void* p = mmap(nullptr, 2 * kArenaBytes, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::runtime_error("emulator: no room for fiber stacks");
   char* start = static_cast<char*>(p);
-  char* arena = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + kArenaBytes - 1) &
-                                        ~uintptr_t(kArenaBytes - 1));
+  auto up = (reinterpret_cast<uintptr_t>(p) + kArenaBytes - 1) & ~(kArenaBytes - 1);
+  char* arena = reinterpret_cast<char*>(up);
   if (arena > start) munmap(start, arena - start);
   munmap(arena + kArenaBytes, start + kArenaBytes - arena);
   return arena;
@@ -173,9 +180,10 @@ inline void commit(char* p, size_t bytes) {
     throw std::runtime_error("emulator: cannot allocate a fiber stack");
 }
 
-// ---- threads, warps, blocks --------------------------------------------------------------
-// Fresh: not started yet (it has no fiber until it needs one). Fresh sorts before Runnable so
-// that "may run now" is one comparison.
+// ---- threads, warps, blocks
+// -------------------------------------------------------------- Fresh: not started yet
+// (it has no fiber until it needs one). Fresh sorts before Runnable so that "may run
+// now" is one comparison.
 enum class State : uint8_t { Fresh, Runnable, AtBarrier, AtWarp, Done };
 
 // A warp collective: every participating lane deposits a pointer to its own data; the last
@@ -185,7 +193,7 @@ enum class State : uint8_t { Fresh, Runnable, AtBarrier, AtWarp, Done };
 using WarpFn = void (*)(void* const* lane_data, uint32_t group);
 
 struct Warp {
-  uint32_t lanes = 0;      // the lanes that exist (the last warp of a block may be partial)
+  uint32_t lanes = 0;      // the lanes that exist (a block's last warp may be partial)
   uint32_t arrived = 0;
   uint32_t exited = 0;
   uint32_t mask[kWarp];
@@ -214,7 +222,7 @@ struct Rng {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
   }
-  uint32_t below(uint32_t n) { return uint32_t((uint64_t(uint32_t(next())) * n) >> 32); }
+  uint32_t below(uint32_t n) { return uint32_t((next() >> 32) * n >> 32); }
 };
 
 // One launch, shared by every worker that runs its blocks.
@@ -229,9 +237,9 @@ struct Job {
   uint64_t seed = 0;
   uint64_t nblocks = 0;
   std::atomic<uint64_t> next{0};   // blocks are taken in increasing linear order
-  // The lowest failing block and its error. Workers start no block above it, and every block
-  // below it has been taken before it failed, so the error reported is the one a single
-  // worker, running the blocks in order, would have stopped at.
+  // The lowest failing block and its error. Workers start no block above it, and every
+  // block below it was taken before it failed, so the error reported is the one a
+  // single worker, running the blocks in order, would have stopped at.
   std::atomic<uint64_t> failed_block{UINT64_MAX};
   std::mutex m;
   std::string error;
@@ -245,8 +253,9 @@ struct Job {
   }
 };
 
-// What one worker (an OS thread) needs to run blocks: the running block's threads and their
-// fibers, its shared memory, and the launch's coordinates, copied for cheap access.
+// What one worker (an OS thread) needs to run blocks: the running block's threads and
+// their fibers, its shared memory, and the launch's coordinates, copied for cheap
+// access.
 struct Runtime {
   const char* kernel = "";
   dim3 grid, block;
@@ -269,16 +278,16 @@ struct Runtime {
   int done = 0;
   int arrived = 0;          // at the barrier being gathered
   int sync_result = 0;      // of the last barrier released
-
   // Dynamic shared memory: this worker's, reused by each block it runs.
   alignas(128) unsigned char dynamic_smem[kMaxDynamicSmem];
-  std::vector<std::pair<void*, uint64_t>> static_smem;    // address -> epoch it was poisoned
+  std::vector<std::pair<void*, uint64_t>> static_smem;   // address, epoch poisoned
 };
 
 // The runtime of the worker running the calling fiber, found from the stack pointer: a
-// thread_local in a dlopen'ed library costs a call per access, and kernels ask for threadIdx
-// often. Only code on a fiber may call it. Fibers never move between workers (a block runs
-// start to end on one), so a fiber may keep what rt() returned across a switch.
+// thread_local in a dlopen'ed library costs a call per access, and kernels ask for
+// threadIdx often. Only code on a fiber may call it. Fibers never move between workers
+// (a block runs start to end on one), so a fiber may keep what rt() returned across a
+// switch.
 inline Runtime& rt() {
   char here;
   auto sp = reinterpret_cast<uintptr_t>(&here);
@@ -286,9 +295,9 @@ inline Runtime& rt() {
   return *reinterpret_cast<Runtime*>(sp & ~uintptr_t(kArenaBytes - 1));
 }
 
-// The Runtime fills the arena's first slots; fiber i's stack is in the i-th slot after them.
+// The Runtime fills the arena's first slots; fiber i's stack is in the i-th slot after.
 constexpr size_t kRuntimeSlots = (sizeof(Runtime) + kSlotBytes - 1) / kSlotBytes;
-static_assert((kMaxThreads + kRuntimeSlots) * kSlotBytes <= kArenaBytes, "arena too small");
+static_assert((kMaxThreads + kRuntimeSlots) * kSlotBytes <= kArenaBytes, "small arena");
 inline char* slot(Runtime& r, int fiber) {
   return reinterpret_cast<char*>(&r) + (fiber + kRuntimeSlots) * kSlotBytes;
 }
@@ -310,27 +319,31 @@ inline Runtime& own_runtime() {
 inline std::string where(const Thread& t) {
   const Runtime& r = rt();
   char buf[256];
-  std::snprintf(buf, sizeof buf, "kernel '%s', block (%u,%u,%u), thread (%u,%u,%u)", r.kernel,
-                r.block_idx.x, r.block_idx.y, r.block_idx.z, t.tid.x, t.tid.y, t.tid.z);
+  std::snprintf(buf, sizeof buf, "kernel '%s', block (%u,%u,%u), thread (%u,%u,%u)",
+                r.kernel, r.block_idx.x, r.block_idx.y, r.block_idx.z, t.tid.x, t.tid.y,
+                t.tid.z);
   return buf;
 }
 
 [[noreturn]] inline void fail(const std::string& msg) { throw KernelError(msg); }
 
-// A failure of the whole block, found by the scheduler: its message is complete (kernel, block
-// and, where one is to blame, thread), so it is reported as it is.
+// A failure of the whole block, found by the scheduler: its message is complete
+// (kernel, block and, where one is to blame, thread), so it is reported as it is.
 struct BlockError : KernelError { using KernelError::KernelError; };
 
-// ---- scheduling ----------------------------------------------------------------------------
-// Between two synchronisation points each thread runs alone until it blocks or exits, then
-// switches straight to the next thread of the pass that may run. A pass visits the threads in
-// the block's order; threads freed during a pass (by a warp collective) run in it if the pass
-// has not gone by them yet, in the next one otherwise, exactly as when a scheduler loop ran
-// every pass. The last thread to arrive at a complete barrier releases it.
+// ---- scheduling
+// ---------------------------------------------------------------------- Between two
+// synchronisation points each thread runs alone until it blocks or exits, then switches
+// straight to the next thread of the pass that may run. A pass visits the threads in
+// the block's order; threads freed during a pass (by a warp collective) run in it if
+// the pass has not gone by them yet, in the next one otherwise, exactly as when a
+// scheduler loop ran every pass. The last thread to arrive at a complete barrier
+// releases it. A shuffle draws a new order for every pass.
 inline void new_pass(Runtime& r) {
   r.pos = -1;
   if (r.mode == Order::Shuffle)
-    for (int i = r.nthreads - 1; i > 0; --i) std::swap(r.order[i], r.order[r.rng.below(i + 1)]);
+    for (int i = r.nthreads - 1; i > 0; --i)
+      std::swap(r.order[i], r.order[r.rng.below(i + 1)]);
 }
 
 inline Thread* scan(Runtime& r) {
@@ -358,31 +371,36 @@ inline Thread* scan(Runtime& r) {
     }
   }
   char block[160], buf[256];
-  std::snprintf(block, sizeof block, "kernel '%s', block (%u,%u,%u): ", r.kernel, r.block_idx.x,
-                r.block_idx.y, r.block_idx.z);
+  std::snprintf(block, sizeof block, "kernel '%s', block (%u,%u,%u): ", r.kernel,
+                r.block_idx.x, r.block_idx.y, r.block_idx.z);
   if (waiting == 0) {
-    std::snprintf(buf, sizeof buf, "deadlock: %d threads wait in warp collectives that can never "
+    std::snprintf(buf, sizeof buf,
+                  "deadlock: %d threads wait in warp collectives that can never "
                   "complete (a lane of their mask exited or never arrives)", at_warp);
     throw BlockError(block + std::string(buf));
   }
   if (other_line) {
-    std::snprintf(buf, sizeof buf, "divergent barrier: threads wait at __syncthreads on line %d "
-                  "and on line %d", line, other_line->barrier_line);
+    std::snprintf(buf, sizeof buf,
+                  "divergent barrier: threads wait at __syncthreads on line %d and on "
+                  "line %d", line, other_line->barrier_line);
     throw BlockError(where(*other_line) + ": " + buf);
   }
   if (at_warp > 0) {
-    std::snprintf(buf, sizeof buf, "deadlock: %d threads wait at __syncthreads (line %d) while %d "
-                  "wait in a warp collective", waiting, line, at_warp);
+    std::snprintf(buf, sizeof buf,
+                  "deadlock: %d threads wait at __syncthreads (line %d) while %d wait "
+                  "in a warp collective", waiting, line, at_warp);
     throw BlockError(block + std::string(buf));
   }
   // Every thread waits on one line, yet the barrier was not released: some have exited.
-  std::snprintf(buf, sizeof buf, "divergent barrier: %d threads wait at __syncthreads on line %d "
-                "but this thread has exited", waiting, line);
+  std::snprintf(buf, sizeof buf,
+                "divergent barrier: %d threads wait at __syncthreads on line %d but "
+                "this thread has exited", waiting, line);
   throw BlockError(where(*exited) + ": " + buf);
 }
 
-// The next thread to run: the rest of this pass, else a new pass; nullptr when every thread
-// has finished. The caller has just run, so an empty new pass means the block is stuck.
+// The next thread to run: the rest of this pass, else a new pass; nullptr when every
+// thread has finished. The caller has just run, so an empty new pass means a stuck
+// block.
 inline Thread* pick(Runtime& r) {
   if (Thread* t = scan(r)) return t;
   if (r.done == r.nthreads) return nullptr;
@@ -393,7 +411,8 @@ inline Thread* pick(Runtime& r) {
 
 inline void fiber_main(void* arg);
 
-// Save the running context in `from` and run `next`: resume it, or start it on its own stack.
+// Save the running context in `from` and run `next`: resume it, or start it on its
+// stack.
 inline void resume(Runtime& r, Context& from, Thread* next) {
   r.cur = next;
   if (next->state != State::Fresh) return Context::jump(from, next->ctx);
@@ -401,7 +420,8 @@ inline void resume(Runtime& r, Context& from, Thread* next) {
   Context::start(from, next->ctx, stack_top(r, next->linear), &fiber_main, next);
 }
 
-// Run `next` in place of `self`, which has just blocked; returns when `self` is resumed.
+// Run `next` in place of `self`, which has just blocked; returns when `self` is
+// resumed.
 inline void switch_to(Runtime& r, Thread* self, Thread* next) {
   if (next != self) resume(r, self->ctx, next);
 }
@@ -417,8 +437,10 @@ inline void fiber_main(void* arg) {
       ++r.done;
       r.warps[self->linear / kWarp].exited |= 1u << (self->linear % kWarp);
       next = pick(r);
-      // A thread that has not started owns nothing yet: rather than start it on a stack of
-      // its own, run it here, on the stack of the thread that just finished. A kernel without
+      // A thread that has not started owns nothing yet: rather than start it on a stack
+      // of its own, run it here, on the stack of the thread that just finished (whose
+      // frames are dead, and whose warp-collective data nobody reads any more: a
+      // collective is complete before its lanes go on). A kernel without
       // synchronisation thus runs its threads as a plain loop.
       if (!next || next->state != State::Fresh) break;
       next->state = State::Runnable;
@@ -440,8 +462,9 @@ inline void fiber_main(void* arg) {
   __builtin_unreachable();
 }
 
-// ---- barriers ------------------------------------------------------------------------------
-// Wait until every thread of the block arrives; returns how many passed a non-zero `pred`
+// ---- barriers
+// ------------------------------------------------------------------------------ Wait
+// until every thread of the block arrives; returns how many passed a non-zero `pred`
 // (what __syncthreads_count/_and/_or report).
 inline int syncthreads(int line, int pred = 0) {
   Runtime& r = rt();
@@ -454,8 +477,8 @@ inline int syncthreads(int line, int pred = 0) {
     next = pick(r);
   } else if (std::all_of(r.threads.begin(), r.threads.end(),
                          [line](const Thread& t) { return t.barrier_line == line; })) {
-    // One result for the block: no thread can reach the next barrier, let alone complete
-    // it, before every thread has resumed from this one and read it.
+    // One result for the block: no thread can reach the next barrier, let alone
+    // complete it, before every thread has resumed from this one and read it.
     int count = 0;
     for (auto& t : r.threads) {
       t.state = State::Runnable;
@@ -472,7 +495,8 @@ inline int syncthreads(int line, int pred = 0) {
   return r.sync_result;
 }
 
-// ---- warp collectives ----------------------------------------------------------------------
+// ---- warp collectives
+// ----------------------------------------------------------------------
 inline uint32_t existing_lanes(int warp) { return rt().warps[warp].lanes; }
 
 inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
@@ -494,8 +518,9 @@ inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
   warp.arrived |= 1u << lane;
   if (uint32_t gone = group & warp.exited) {
     char buf[160];
-    std::snprintf(buf, sizeof buf, "warp collective on line %d: lane %d of mask 0x%08x has exited",
-                  line, __builtin_ctz(gone), mask);
+    std::snprintf(buf, sizeof buf,
+                  "warp collective on line %d: lane %d of mask 0x%08x has exited", line,
+                  __builtin_ctz(gone), mask);
     fail(buf);
   }
   if ((warp.arrived & group) != group) {
@@ -546,18 +571,19 @@ inline int workers_from_env() {
   char* end;
   long n = std::strtol(s, &end, 10);
   if (*end || n < 1 || n > 4096)
-    throw std::invalid_argument(std::string("ATTNBOOK_EMU_WORKERS must be a positive integer, "
-                                            "got '") + s + "'");
+    throw std::invalid_argument(
+        std::string("ATTNBOOK_EMU_WORKERS must be a positive integer, got '") + s +
+        "'");
   return int(n);
 }
 
 // State of the host side, shared by every thread of the process.
 struct Host {
   std::mutex m;
-  std::vector<std::pair<const void*, int>> smem_optin;   // cudaFuncSetAttribute's grants
+  std::vector<std::pair<const void*, int>> smem_optin;   // by cudaFuncSetAttribute
 };
 inline Host& host() {
-  static Host* h = new Host();   // never destroyed: worker threads outlive static destructors
+  static Host* h = new Host();   // never destroyed: workers outlive static destructors
   return *h;
 }
 
@@ -584,7 +610,8 @@ inline void prepare(Runtime& r, const Job& job) {
     int lanes = std::min(kWarp, n - int(w) * kWarp);
     r.warps[w].lanes = lanes >= kWarp ? 0xffffffffu : ((1u << lanes) - 1u);
   }
-  for (; r.stacks < n; ++r.stacks) commit(slot(r, r.stacks) + kGuardBytes, kSlotBytes - kGuardBytes);
+  for (; r.stacks < n; ++r.stacks)
+    commit(slot(r, r.stacks) + kGuardBytes, kSlotBytes - kGuardBytes);
   r.order.resize(n);
   const dim3& b = job.block;
   for (int i = 0; i < n; ++i) {
@@ -596,15 +623,16 @@ inline void prepare(Runtime& r, const Job& job) {
 
 inline void run_block(Runtime& r, const Job& job, uint64_t b) {
   const dim3& g = job.grid;
-  r.block_idx = {unsigned(b % g.x), unsigned(b / g.x % g.y), unsigned(b / (uint64_t(g.x) * g.y))};
+  r.block_idx = {unsigned(b % g.x), unsigned(b / g.x % g.y),
+                 unsigned(b / (uint64_t(g.x) * g.y))};
   ++r.block_epoch;
-  std::memset(r.dynamic_smem, 0xff, job.smem);   // NaN as float, half and bf16; -1 as int
+  std::memset(r.dynamic_smem, 0xff, job.smem);   // NaN as float, half, bf16; -1 as int
   for (auto& t : r.threads) t.state = State::Fresh;
   for (auto& w : r.warps) w.arrived = w.exited = 0;
   r.done = r.arrived = 0;
   r.error.clear();
-  // The order depends on the block alone (never on which worker ran what before), so every
-  // worker count gives the same schedule.
+  // The order depends on the block alone (never on which worker ran what before), so
+  // every worker count gives the same schedule.
   for (int i = 0; i < r.nthreads; ++i)
     r.order[i] = &r.threads[r.mode == Order::Reverse ? r.nthreads - 1 - i : i];
   r.rng.s = job.seed ^ ((b + 1) * 0xd1b54a32d192ed03ull);
@@ -630,9 +658,9 @@ inline void work(Job& job) {
   r.cur = nullptr;
 }
 
-// Helper OS threads, started on demand and kept for the life of the process (each keeps its
-// fiber stacks and thread-local shared memory). Launches come one at a time: launch() holds
-// `launching` throughout.
+// Helper OS threads, started on demand and kept for the life of the process (each keeps
+// its fiber stacks and thread-local shared memory). Launches come one at a time:
+// launch() holds `launching` throughout.
 struct Pool {
   std::mutex launching;
   std::mutex m;
@@ -673,7 +701,8 @@ inline void launch(Job& job) {
   int helpers = int(std::min<uint64_t>(uint64_t(workers_from_env()), job.nblocks)) - 1;
   if (helpers > 0) {
     std::lock_guard<std::mutex> lock(p.m);
-    for (; p.started < helpers; ++p.started) std::thread(helper_main, &p, p.started).detach();
+    for (; p.started < helpers; ++p.started)
+      std::thread(helper_main, &p, p.started).detach();
     p.job = &job;
     p.wanted = p.busy = helpers;
     ++p.generation;
@@ -759,19 +788,19 @@ Launch<P...> launch_of(void (*kernel)(P...), const char* name) {
   return l;
 }
 
-// Static __shared__ variables are thread-local statics: shared by the fibers of a worker,
-// which run one block at a time. The source transform binds a reference to each through
-// opaque(), so that the compiler keeps the address it looked up (a call, in a shared library)
-// instead of looking it up again at every use.
+// Static __shared__ variables are thread-local statics: shared by the fibers of a
+// worker, which run one block at a time. The source transform binds a reference to each
+// through opaque(), so that the compiler keeps the address it looked up (a call, in a
+// shared library) instead of looking it up again at every use.
 template <class T>
 inline T* opaque(T* p) {
   asm("" : "+r"(p));
   return p;
 }
 
-// The source transform calls this right after each static __shared__ declaration; the first
-// thread of each block to pass it fills the variable with NaN, so a read of shared memory
-// nobody wrote shows up.
+// The source transform calls this right after each static __shared__ declaration; the
+// first thread of each block to pass it fills the variable with NaN, so a read of
+// shared memory nobody wrote shows up.
 inline void poison_static_shared(void* p, size_t bytes) {
   Runtime& r = rt();
   for (auto& [addr, epoch] : r.static_smem) {
