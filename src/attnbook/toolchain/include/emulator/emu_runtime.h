@@ -180,10 +180,9 @@ inline void commit(char* p, size_t bytes) {
     throw std::runtime_error("emulator: cannot allocate a fiber stack");
 }
 
-// ---- threads, warps, blocks
-// -------------------------------------------------------------- Fresh: not started yet
-// (it has no fiber until it needs one). Fresh sorts before Runnable so that "may run
-// now" is one comparison.
+// ---- threads, warps, blocks --------------------------------------------------------------
+// Fresh: not started yet (it has no fiber until it needs one). Fresh sorts before
+// Runnable so that "may run now" is one comparison.
 enum class State : uint8_t { Fresh, Runnable, AtBarrier, AtWarp, Done };
 
 // A warp collective: every participating lane deposits a pointer to its own data; the last
@@ -331,13 +330,12 @@ inline std::string where(const Thread& t) {
 // (kernel, block and, where one is to blame, thread), so it is reported as it is.
 struct BlockError : KernelError { using KernelError::KernelError; };
 
-// ---- scheduling
-// ---------------------------------------------------------------------- Between two
-// synchronisation points each thread runs alone until it blocks or exits, then switches
-// straight to the next thread of the pass that may run. A pass visits the threads in
-// the block's order; threads freed during a pass (by a warp collective) run in it if
-// the pass has not gone by them yet, in the next one otherwise, exactly as when a
-// scheduler loop ran every pass. The last thread to arrive at a complete barrier
+// ---- scheduling ---------------------------------------------------------------------
+// Between two synchronisation points each thread runs alone until it blocks or exits,
+// then switches straight to the next thread of the pass that may run. A pass visits the
+// threads in the block's order; threads freed during a pass (by a warp collective) run
+// in it if the pass has not gone by them yet, in the next one otherwise, exactly as
+// when a scheduler loop ran every pass. The last thread to arrive at a complete barrier
 // releases it. A shuffle draws a new order for every pass.
 inline void new_pass(Runtime& r) {
   r.pos = -1;
@@ -462,9 +460,8 @@ inline void fiber_main(void* arg) {
   __builtin_unreachable();
 }
 
-// ---- barriers
-// ------------------------------------------------------------------------------ Wait
-// until every thread of the block arrives; returns how many passed a non-zero `pred`
+// ---- barriers ------------------------------------------------------------------------------
+// Wait until every thread of the block arrives; returns how many passed a non-zero `pred`
 // (what __syncthreads_count/_and/_or report).
 inline int syncthreads(int line, int pred = 0) {
   Runtime& r = rt();
@@ -495,8 +492,7 @@ inline int syncthreads(int line, int pred = 0) {
   return r.sync_result;
 }
 
-// ---- warp collectives
-// ----------------------------------------------------------------------
+// ---- warp collectives ----------------------------------------------------------------------
 inline uint32_t existing_lanes(int warp) { return rt().warps[warp].lanes; }
 
 inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
