@@ -26,8 +26,7 @@
 #define __constant__
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
-// One instance per kernel and worker, shared by the fibers of the block the worker
-// runs.
+// One instance per kernel and worker, shared by the fibers of the worker's block.
 #define __shared__ static thread_local
 #define threadIdx (::attnbook_emu::rt().cur->tid)
 #define blockIdx (::attnbook_emu::rt().block_idx)

@@ -156,8 +156,7 @@ struct Context {
 // per fiber: a PROT_NONE guard (an overflow faults at once) below the fiber's stack.
 // Code on a fiber finds its worker by rounding the stack pointer down (see rt()). The
 // stacks' tops are staggered ("coloured"): at one offset in equal slots, the hot top
-// lines of every fiber would fall into the same few cache sets and evict each other at
-// every switch.
+// lines of all fibers would share a few cache sets and evict each other at each switch.
 constexpr size_t kColorBytes = 64 * 1024;
 constexpr size_t kSlotBytes = kGuardBytes + kStackBytes + kColorBytes;
 constexpr size_t kArenaBytes = size_t(1) << 29;
@@ -253,8 +252,7 @@ struct Job {
 };
 
 // What one worker (an OS thread) needs to run blocks: the running block's threads and
-// their fibers, its shared memory, and the launch's coordinates, copied for cheap
-// access.
+// their fibers, its shared memory, and a copy of the launch's coordinates.
 struct Runtime {
   const char* kernel = "";
   dim3 grid, block;
@@ -285,8 +283,7 @@ struct Runtime {
 // The runtime of the worker running the calling fiber, found from the stack pointer: a
 // thread_local in a dlopen'ed library costs a call per access, and kernels ask for
 // threadIdx often. Only code on a fiber may call it. Fibers never move between workers
-// (a block runs start to end on one), so a fiber may keep what rt() returned across a
-// switch.
+// (a block runs start to end on one): what rt() returned stays right across a switch.
 inline Runtime& rt() {
   char here;
   auto sp = reinterpret_cast<uintptr_t>(&here);
@@ -398,7 +395,7 @@ inline Thread* scan(Runtime& r) {
 
 // The next thread to run: the rest of this pass, else a new pass; nullptr when every
 // thread has finished. The caller has just run, so an empty new pass means a stuck
-// block.
+// block: nobody can run, yet not everybody has finished.
 inline Thread* pick(Runtime& r) {
   if (Thread* t = scan(r)) return t;
   if (r.done == r.nthreads) return nullptr;
@@ -409,8 +406,7 @@ inline Thread* pick(Runtime& r) {
 
 inline void fiber_main(void* arg);
 
-// Save the running context in `from` and run `next`: resume it, or start it on its
-// stack.
+// Save the running context in `from` and run `next`: resume it, or start it afresh.
 inline void resume(Runtime& r, Context& from, Thread* next) {
   r.cur = next;
   if (next->state != State::Fresh) return Context::jump(from, next->ctx);
@@ -418,8 +414,7 @@ inline void resume(Runtime& r, Context& from, Thread* next) {
   Context::start(from, next->ctx, stack_top(r, next->linear), &fiber_main, next);
 }
 
-// Run `next` in place of `self`, which has just blocked; returns when `self` is
-// resumed.
+// Run `next` in place of `self`, which has just blocked; returns once `self` resumes.
 inline void switch_to(Runtime& r, Thread* self, Thread* next) {
   if (next != self) resume(r, self->ctx, next);
 }
