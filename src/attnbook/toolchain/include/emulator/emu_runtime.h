@@ -229,8 +229,8 @@ struct Job {
   dim3 grid, block;
   int nthreads = 0;
   size_t smem = 0;
-  void (*body)(void*) = nullptr;
-  void* body_arg = nullptr;
+  void (*fiber)(void*) = nullptr;   // fiber_main<the kernel's closure>
+  const void* closure = nullptr;
   Order order = Order::Forward;
   uint64_t seed = 0;
   uint64_t nblocks = 0;
@@ -259,8 +259,8 @@ struct Runtime {
   uint3 block_idx{0, 0, 0};
   int nthreads = 0;
   uint64_t block_epoch = 0;
-  void (*body)(void*) = nullptr;
-  void* body_arg = nullptr;
+  void (*fiber)(void*) = nullptr;   // fiber_main<the kernel's closure>
+  const void* closure = nullptr;
   Thread* cur = nullptr;
   std::vector<Thread> threads;
   std::vector<Warp> warps;
@@ -404,14 +404,12 @@ inline Thread* pick(Runtime& r) {
   diagnose(r);
 }
 
-inline void fiber_main(void* arg);
-
 // Save the running context in `from` and run `next`: resume it, or start it afresh.
 inline void resume(Runtime& r, Context& from, Thread* next) {
   r.cur = next;
   if (next->state != State::Fresh) return Context::jump(from, next->ctx);
   next->state = State::Runnable;
-  Context::start(from, next->ctx, stack_top(r, next->linear), &fiber_main, next);
+  Context::start(from, next->ctx, stack_top(r, next->linear), r.fiber, next);
 }
 
 // Run `next` in place of `self`, which has just blocked; returns once `self` resumes.
@@ -419,13 +417,17 @@ inline void switch_to(Runtime& r, Thread* self, Thread* next) {
   if (next != self) resume(r, self->ctx, next);
 }
 
-inline void fiber_main(void* arg) {
+// A fiber: runs thread `arg`, then any that have not started when it finishes. It calls
+// the kernel itself (Closure is inlined here), not through a wrapper: a frame less.
+template <class Closure>
+void fiber_main(void* arg) {
   Runtime& r = rt();
+  const Closure& kernel = *static_cast<const Closure*>(r.closure);
   Thread* self = static_cast<Thread*>(arg);
   Thread* next = nullptr;
   try {
     for (;;) {
-      r.body(r.body_arg);
+      kernel();
       self->state = State::Done;
       ++r.done;
       r.warps[self->linear / kWarp].exited |= 1u << (self->linear % kWarp);
@@ -590,8 +592,8 @@ inline void prepare(Runtime& r, const Job& job) {
   r.kernel = job.kernel;
   r.grid = job.grid;
   r.block = job.block;
-  r.body = job.body;
-  r.body_arg = job.body_arg;
+  r.fiber = job.fiber;
+  r.closure = job.closure;
   r.mode = job.order;
   int n = job.nthreads;
   r.nthreads = n;
@@ -730,15 +732,13 @@ struct Launch {
     struct Closure {
       void (*k)(P...);
       std::tuple<P...>* p;
-      static void call(void* self) {
-        auto* c = static_cast<Closure*>(self);
-        std::apply(c->k, *c->p);   // each thread gets its own copy of the parameters
-      }
+      // Each thread gets its own copy of the parameters.
+      void operator()() const { std::apply(k, *p); }
     } closure{kernel, &params};
-    run(&Closure::call, &closure);
+    run(&fiber_main<Closure>, &closure);
   }
 
-  void run(void (*body)(void*), void* arg) {
+  void run(void (*fiber)(void*), const void* closure) {
     char buf[256];
     long n = long(block.x) * block.y * block.z;
     if (n < 1 || n > kMaxThreads || block.z > 64) {
@@ -764,8 +764,8 @@ struct Launch {
     job.block = block;
     job.nthreads = int(n);
     job.smem = smem;
-    job.body = body;
-    job.body_arg = arg;
+    job.fiber = fiber;
+    job.closure = closure;
     job.nblocks = uint64_t(grid.x) * grid.y * grid.z;
     launch(job);
   }
