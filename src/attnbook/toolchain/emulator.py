@@ -6,8 +6,8 @@ pieces of CUDA syntax are not C++; :func:`to_cpp` rewrites them without moving a
 
 * ``kernel<<<grid, block, smem, stream>>>(args)`` becomes a call of the emulator's launcher;
 * ``extern __shared__ T name[];`` becomes a pointer to the emulator's dynamic shared memory,
-  and every static ``__shared__`` declaration inside a function is followed by a call that
-  fills it with NaN once per block.
+  and every static ``__shared__`` declaration inside a function is followed by a
+  reference to the (renamed) variable and a call that fills it with NaN once per block.
 
 Kernels shared between files live in ``.cuh`` headers; :func:`inline_headers` pastes those
 into the source first (with ``#line`` markers, so errors still name the header's own lines),
@@ -15,6 +15,11 @@ so that their launches and shared memory are rewritten too.
 
 :func:`thread_order` chooses the order in which the threads of a block run between two
 barriers (also settable with the environment variable ``ATTNBOOK_THREAD_ORDER``).
+:func:`workers` chooses how many OS threads run blocks at once (every core by default;
+also settable with ``ATTNBOOK_EMU_WORKERS``). A block's thread order depends only on the
+order, its seed and the block's index, so results do not depend on the number of
+workers, except where blocks race each other (through atomics or global memory) or
+print.
 """
 from __future__ import annotations
 
@@ -22,28 +27,40 @@ import contextlib
 import os
 import re
 
-__all__ = ["to_cpp", "inline_headers", "thread_order", "ORDERS"]
+__all__ = ["to_cpp", "inline_headers", "thread_order", "workers", "ORDERS"]
 
 ORDERS = ("forward", "reverse", "shuffle")
 _ENV = "ATTNBOOK_THREAD_ORDER"
+_WORKERS_ENV = "ATTNBOOK_EMU_WORKERS"
 
 
 @contextlib.contextmanager
+def _environ(name: str, value: str):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
 def thread_order(order: str, seed: int = 0):
     """Run the emulator's threads in ``order`` ("forward", "reverse" or "shuffle" with
     ``seed``) inside the ``with`` block."""
     if order not in ORDERS:
         raise ValueError(f"thread order must be one of {ORDERS}, got {order!r}")
-    value = f"shuffle:{seed}" if order == "shuffle" else order
-    old = os.environ.get(_ENV)
-    os.environ[_ENV] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[_ENV]
-        else:
-            os.environ[_ENV] = old
+    return _environ(_ENV, f"shuffle:{seed}" if order == "shuffle" else order)
+
+
+def workers(n: int):
+    """Run the emulator's blocks on ``n`` OS threads inside the ``with`` block;
+    ``workers(1)`` runs them one after another, in order, on the calling thread."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"workers must be a positive int, got {n!r}")
+    return _environ(_WORKERS_ENV, str(n))
 
 
 def _blank(source: str, strings: bool) -> str:
@@ -93,34 +110,42 @@ def _extern_shared(code: str) -> str:
     return _EXTERN_SHARED.sub(sub, code)
 
 
-def _declared_names(decl: str) -> list[str]:
-    names, depth, part = [], 0, ""
-    for ch in decl + ",":
+def _declared_spans(decl: str) -> list[tuple[int, int]]:
+    """Where in ``decl`` (a declaration without its ``;``) each declared name is."""
+    spans, depth, start = [], 0, 0
+    for i, ch in enumerate(decl + ","):
         if ch in "([{<":
             depth += 1
         elif ch in ")]}>":
             depth -= 1
-        if ch == "," and depth == 0:
-            head = re.split(r"[\[=]", part, maxsplit=1)[0]
-            ids = re.findall(r"[A-Za-z_]\w*", head)
+        elif ch == "," and depth == 0:
+            head = re.split(r"[\[=]", decl[start:i], maxsplit=1)[0]
+            ids = list(re.finditer(r"[A-Za-z_]\w*", head))
             if ids:
-                names.append(ids[-1])
-            part = ""
-        else:
-            part += ch
-    return names
+                spans.append((start + ids[-1].start(), start + ids[-1].end()))
+            start = i + 1
+    return spans
 
 
 def _static_shared(code: str, masked: str) -> str:
+    """Each static ``__shared__`` variable (a thread-local: one per worker) is renamed,
+    and its name bound to a reference to it: its address is then looked up once per
+    thread, not at every use (each lookup is a call in a shared library)."""
     edits = []
     for m in _STATIC_SHARED.finditer(masked):
         if masked[:m.start()].count("{") - masked[:m.start()].count("}") <= 0:
             continue      # namespace scope: no statement may follow, and no block to poison for
-        calls = "".join(f" ::attnbook_emu::poison_static_shared(&{n}, sizeof({n}));"
-                        for n in _declared_names(code[m.start(1):m.end(1)]))
-        edits.append((m.end(), calls))
-    for pos, text in reversed(edits):
-        code = code[:pos] + text + code[pos:]
+        decl = code[m.start(1):m.end(1)]
+        spans = _declared_spans(decl)
+        names = [decl[a:b] for a, b in spans]
+        for a, _ in reversed(spans):
+            decl = decl[:a] + "attnbook_shared_" + decl[a:]
+        text = decl + ";" + "".join(
+            f" auto& {n} = *::attnbook_emu::opaque(&attnbook_shared_{n});"
+            f" ::attnbook_emu::poison_static_shared(&{n}, sizeof({n}));" for n in names)
+        edits.append((m.start(1), m.end(), text))
+    for start, end, text in reversed(edits):
+        code = code[:start] + text + code[end:]
     return code
 
 

@@ -26,7 +26,8 @@
 #define __constant__
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
-#define __shared__ static   // one instance per kernel, shared by the running block's fibers
+// One instance per kernel and worker, shared by the fibers of the worker's block.
+#define __shared__ static thread_local
 #define threadIdx (::attnbook_emu::rt().cur->tid)
 #define blockIdx (::attnbook_emu::rt().block_idx)
 #define blockDim (::attnbook_emu::rt().block)
@@ -142,7 +143,8 @@ inline unsigned __activemask() {
 #define ATTNBOOK_EMULATOR_ASSERT(e) ((e) ? (void)0 : ::attnbook_emu::assert_fail(#e, __LINE__))
 #undef assert
 #define assert(e) ATTNBOOK_EMULATOR_ASSERT(e)
-inline void __threadfence() {}
+// Blocks run in parallel; a block's fibers take turns on one OS thread.
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() {}
 inline void __nanosleep(unsigned) {}
 inline long long clock64() {
@@ -152,18 +154,61 @@ inline long long clock64() {
 inline long clock() { return long(clock64()); }
 template <class T> inline T __ldg(const T* p) { return *p; }
 
-// ---- atomics: fibers switch only at barriers, so a plain read-modify-write is atomic -------
-template <class T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
-template <class T> inline T atomicSub(T* p, T v) { T old = *p; *p = old - v; return old; }
-template <class T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
-template <class T> inline T atomicMax(T* p, T v) { T old = *p; *p = old < v ? v : old; return old; }
-template <class T> inline T atomicMin(T* p, T v) { T old = *p; *p = v < old ? v : old; return old; }
-template <class T> inline T atomicAnd(T* p, T v) { T old = *p; *p = old & v; return old; }
-template <class T> inline T atomicOr(T* p, T v) { T old = *p; *p = old | v; return old; }
-template <class T> inline T atomicXor(T* p, T v) { T old = *p; *p = old ^ v; return old; }
-template <class T> inline T atomicCAS(T* p, T cmp, T v) { T old = *p; if (old == cmp) *p = v; return old; }
-inline unsigned atomicInc(unsigned* p, unsigned lim) { unsigned o = *p; *p = o >= lim ? 0 : o + 1; return o; }
-inline unsigned atomicDec(unsigned* p, unsigned lim) { unsigned o = *p; *p = (o == 0 || o > lim) ? lim : o - 1; return o; }
+// ---- atomics: real ones, since blocks run on several OS threads at once -------------
+// Sequentially consistent: on x86 every read-modify-write is a full barrier anyway.
+namespace attnbook_emu {
+constexpr int kSeqCst = __ATOMIC_SEQ_CST;
+template <class T, class F>
+inline T atomic_update(T* p, F f) {   // any T of 2, 4 or 8 bytes: floats, __half2 too
+  T old, next;
+  __atomic_load(p, &old, __ATOMIC_RELAXED);
+  do next = f(old);
+  while (!__atomic_compare_exchange(p, &old, &next, true, kSeqCst, __ATOMIC_RELAXED));
+  return old;
+}
+}  // namespace attnbook_emu
+template <class T> inline T atomicAdd(T* p, T v) {
+  if constexpr (std::is_integral_v<T>)
+    return __atomic_fetch_add(p, v, ::attnbook_emu::kSeqCst);
+  else
+    return ::attnbook_emu::atomic_update(p, [v](T o) { return T(o + v); });
+}
+template <class T> inline T atomicSub(T* p, T v) {
+  return __atomic_fetch_sub(p, v, ::attnbook_emu::kSeqCst);
+}
+template <class T> inline T atomicExch(T* p, T v) {
+  T old;
+  __atomic_exchange(p, &v, &old, ::attnbook_emu::kSeqCst);
+  return old;
+}
+template <class T> inline T atomicMax(T* p, T v) {
+  return ::attnbook_emu::atomic_update(p, [v](T o) { return o < v ? v : o; });
+}
+template <class T> inline T atomicMin(T* p, T v) {
+  return ::attnbook_emu::atomic_update(p, [v](T o) { return v < o ? v : o; });
+}
+template <class T> inline T atomicAnd(T* p, T v) {
+  return __atomic_fetch_and(p, v, ::attnbook_emu::kSeqCst);
+}
+template <class T> inline T atomicOr(T* p, T v) {
+  return __atomic_fetch_or(p, v, ::attnbook_emu::kSeqCst);
+}
+template <class T> inline T atomicXor(T* p, T v) {
+  return __atomic_fetch_xor(p, v, ::attnbook_emu::kSeqCst);
+}
+template <class T> inline T atomicCAS(T* p, T cmp, T v) {
+  __atomic_compare_exchange(p, &cmp, &v, false, ::attnbook_emu::kSeqCst,
+                            ::attnbook_emu::kSeqCst);
+  return cmp;   // the old value, whether or not it matched
+}
+inline unsigned atomicInc(unsigned* p, unsigned lim) {
+  return ::attnbook_emu::atomic_update(
+      p, [lim](unsigned o) { return o >= lim ? 0 : o + 1; });
+}
+inline unsigned atomicDec(unsigned* p, unsigned lim) {
+  return ::attnbook_emu::atomic_update(
+      p, [lim](unsigned o) { return (o == 0 || o > lim) ? lim : o - 1; });
+}
 
 // ---- integer and float intrinsics ----------------------------------------------------------
 // CUDA's overloaded min/max: exact overloads for floating point (NaN-ignoring, like fminf),
@@ -364,7 +409,9 @@ inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { __nv_bfloat16 h; h
 ATTNBOOK_HALF_OPS(__half, __half2)
 ATTNBOOK_HALF_OPS(__nv_bfloat16, __nv_bfloat162)
 #undef ATTNBOOK_HALF_OPS
-inline __half2 atomicAdd(__half2* p, __half2 v) { __half2 o = *p; *p = __hadd2(o, v); return o; }
+inline __half2 atomicAdd(__half2* p, __half2 v) {
+  return ::attnbook_emu::atomic_update(p, [v](__half2 o) { return __hadd2(o, v); });
+}
 
 // ---- host-side runtime API ------------------------------------------------------------------
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
@@ -388,7 +435,8 @@ template <class F>
 inline cudaError_t cudaFuncSetAttribute(F* fn, cudaFuncAttribute attr, int value) {
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
   if (value < 0 || size_t(value) > ::attnbook_emu::kMaxDynamicSmem) return cudaErrorInvalidValue;
-  auto& grants = ::attnbook_emu::rt().smem_optin;
+  std::lock_guard<std::mutex> lock(::attnbook_emu::host().m);
+  auto& grants = ::attnbook_emu::host().smem_optin;
   for (auto& g : grants)
     if (g.first == reinterpret_cast<const void*>(fn)) { g.second = value; return cudaSuccess; }
   grants.emplace_back(reinterpret_cast<const void*>(fn), value);
