@@ -15,6 +15,7 @@ from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, Attention, PagedKVCache, attentio
                   attention_with_kvcache, flash_attention_fp32, gemm, kv_cache_append, softmax)
 from .reference import attention_reference, expand_kv, flash_attention_tiles, masks
 from .toolchain import (CompileError, compile, default_backend, describe_machine, has_gpu,
-                        kernel_source, occupancy, ptxas_report, thread_order)
+                        kernel_source, occupancy, ptxas_report, thread_order,
+                        workers)
 
 __version__ = "0.1.0"
