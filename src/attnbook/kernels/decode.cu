@@ -36,6 +36,7 @@
 #include "kv_cache.cuh"
 #include "layout.h"
 #include "max_nan.cuh"
+#include "warp_reduce.cuh"
 
 constexpr int kDecodeThreads = 128;   // 4 warps per block
 constexpr int kDecodeKeys = 32;       // keys per tile: one per lane
@@ -50,17 +51,6 @@ __device__ __forceinline__ void store(float* p, float x) { *p = x; }
 __device__ __forceinline__ void store(__half* p, float x) { *p = __float2half(x); }
 __device__ __forceinline__ void store(__nv_bfloat16* p, float x) {
   *p = __float2bfloat16(x);
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    x = max_nan(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
 }
 
 // q: [B, H, Sq, D] (strides lq). cache_seqlens[b] + new_keys keys of sequence b are

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "max_nan.cuh"
+#include "warp_reduce.cuh"
 
 // y = e^(x - m) / l, with the empty row (l = 0, every x = -inf) as zeros. NaN in l or m
 // (a NaN or +inf in the row) gives NaN.
@@ -70,19 +71,6 @@ __global__ void softmax_block_tree(const float* x, float* y, int n) {
   for (int j = t; j < n; j += BLOCK) yr[j] = normalized(xr[j], m, l);
 }
 
-// Reductions inside a warp need neither shared memory nor barriers: __shfl_xor_sync
-// hands each lane the value of lane ^ offset, and after offsets 16, 8, 4, 2, 1 every
-// lane holds the result.
-__device__ __forceinline__ float warp_max(float v) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 // One warp per row, blockDim = (32, rows per block): fine for rows up to a few
 // thousand.

@@ -33,12 +33,7 @@ at::Tensor forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor bias,
                    at::Tensor lengths, bool causal, int64_t stride, int64_t window,
                    double scale, int64_t key_step) {
   const Layout lq = layout_of(q, "q"), lk = layout_of(k, "k"), lv = layout_of(v, "v");
-  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3),
-              "k and v must be [B, Hkv, Sk, D] with q's B and D");
-  const int64_t B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3);
-  const int64_t Hkv = k.size(1), Sk = k.size(2);
-  TORCH_CHECK(Hkv > 0 ? H % Hkv == 0 : H == 0,
-              "query heads must be a multiple of key/value heads");
+  const auto [B, H, Hkv, Sq, Sk, D] = attention_shape(q, k, v);
   TORCH_CHECK(key_step >= 1 && key_step <= INT32_MAX, "key_step must be positive");
   const int64_t Sc = (Sk + key_step - 1) / key_step;
   TORCH_CHECK(B * H * Sq <= INT32_MAX && Sc * D * key_step <= INT32_MAX,

@@ -38,7 +38,7 @@ std::vector<at::Tensor> decode(at::Tensor q, at::Tensor k_cache, at::Tensor v_ca
   const int code = dtype == at::kFloat ? 0 : dtype == at::kHalf ? 1
                  : dtype == at::kBFloat16 ? 2 : -1;
   TORCH_CHECK(code >= 0, "q must be float32, float16 or bfloat16, got ", dtype);
-  const Layout lq = strides_of(q, "q", dtype);
+  const Layout lq = layout_of(q, "q", dtype);
   const int64_t B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3);
   TORCH_CHECK(k_cache.scalar_type() == dtype, "the caches must have q's dtype");
   const KVCache cache = kv_cache_of(k_cache, v_cache, block_table, B);

@@ -10,34 +10,23 @@ import torch
 from ..reference.checks import check_positive_int
 from ..reference.decode_checks import kvcache_args
 from ..toolchain.compile import package_module
+from .wrappers import LAYOUT_CPP
 
 __all__ = ["kv_cache_append", "kv_cache_append_op", "PagedKVCache", "KV_CACHE_CPP",
            "EXTENSIONS"]
 
 # C++ shared by the KV-cache wrappers: checked tensors as the plain structs of
 # kernels/layout.h and kernels/kv_cache.h.
-KV_CACHE_CPP = r"""
+KV_CACHE_CPP = LAYOUT_CPP + r"""
 #include "kv_cache.h"
-
-// The strides of a [*, H, S, D] tensor of `dtype` whose head dimension is contiguous.
-static Layout strides_of(const at::Tensor& t, const char* name, at::ScalarType dtype) {
-  attnbook::check_tensor(t, name, dtype, /*contiguous=*/false);
-  TORCH_CHECK(t.dim() == 4, name, " must be 4-D");
-  TORCH_CHECK(t.stride(3) == 1 || t.size(3) <= 1, name, "'s head dimension must be contiguous");
-  Layout l;
-  l.b = t.stride(0);
-  l.h = t.stride(1);
-  l.s = t.stride(2);
-  return l;
-}
 
 // A contiguous cache [B, Hkv, max_len, D] (block_table.dim() != 2), or a pool of pages
 // [num_blocks, Hkv, block_size, D] with an int32 block table [B, max_blocks].
 static KVCache kv_cache_of(const at::Tensor& k_cache, const at::Tensor& v_cache,
                            const at::Tensor& block_table, int64_t B) {
   KVCache c;
-  c.k = strides_of(k_cache, "k_cache", k_cache.scalar_type());
-  c.v = strides_of(v_cache, "v_cache", k_cache.scalar_type());
+  c.k = layout_of(k_cache, "k_cache", k_cache.scalar_type());
+  c.v = layout_of(v_cache, "v_cache", k_cache.scalar_type());
   TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), "k_cache and v_cache must have one shape");
   const int64_t pages = k_cache.size(0), block = k_cache.size(2);
   int64_t capacity = block;
@@ -67,7 +56,7 @@ bool kv_cache_append(int, const void*, const void*, const Layout&, const Layout&
 void append(at::Tensor k_cache, at::Tensor v_cache, at::Tensor k, at::Tensor v,
             at::Tensor cache_seqlens, at::Tensor block_table) {
   const at::ScalarType dtype = k_cache.scalar_type();
-  const Layout lk = strides_of(k, "k", dtype), lv = strides_of(v, "v", dtype);
+  const Layout lk = layout_of(k, "k", dtype), lv = layout_of(v, "v", dtype);
   const int64_t B = k.size(0), Hkv = k.size(1), Sn = k.size(2), D = k.size(3);
   TORCH_CHECK(k.sizes() == v.sizes() && Hkv == k_cache.size(1) && D == k_cache.size(3),
               "k and v must be [B, Hkv, Sn, D] with the caches' Hkv and D");
