@@ -678,17 +678,30 @@ struct Watch {
   std::condition_variable cv;
   Job* job = nullptr;        // the launch being watched
   bool started = false;
+  bool asleep = false;       // waiting for a notify (else it looks every 20 ms)
 };
 
+// Between launches the watchdog keeps looking every 20 ms for a second before it
+// sleeps until notified: a notify (a system call) per launch would cost launches in a
+// loop a few microseconds each.
 inline void watchdog_main(Watch* w) {
   std::unique_lock<std::mutex> lock(w->m);
+  int idle = 0;
   for (;;) {
-    if (!w->job) {
+    if (!w->job && idle >= 50) {
+      w->asleep = true;
       w->cv.wait(lock);
+      w->asleep = false;
+      idle = 0;
       continue;
     }
     Job* job = w->job;
     w->cv.wait_for(lock, std::chrono::milliseconds(20));
+    if (!job) {
+      ++idle;
+      continue;
+    }
+    idle = 0;
     if (w->job != job) continue;   // that launch is over (job may be gone)
     if (!job->cancel.load()) {
       int why = 0;
@@ -756,7 +769,7 @@ struct Watched {
       sigaction(SIGINT, &sa, &old_int);
     }
     w.job = &job;
-    w.cv.notify_one();
+    if (w.asleep) w.cv.notify_one();
   }
   ~Watched() {
     Watch& w = watch();
