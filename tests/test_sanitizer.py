@@ -46,8 +46,12 @@ void launch_fill(float* out, float value) { fill<<<4, 64>>>(out, value); }
 WRAPPER = r"""
 void launch_hang(int, float*);
 void launch_fill(float*, float);
-void run_hang(int64_t which, at::Tensor out) { launch_hang(int(which), out.data_ptr<float>()); }
-void run_fill(at::Tensor out, double value) { launch_fill(out.data_ptr<float>(), float(value)); }
+void run_hang(int64_t which, at::Tensor out) {
+  launch_hang(int(which), out.data_ptr<float>());
+}
+void run_fill(at::Tensor out, double value) {
+  launch_fill(out.data_ptr<float>(), float(value));
+}
 """
 
 
@@ -122,3 +126,44 @@ def test_plain_launches_unaffected(ext):
     with ab.time_budget(0.5):
         for _ in range(50):
             fill_works(ext)
+
+
+STATIC_SOURCE = r"""
+// 40 KB + 12 KB of static shared memory: over CUDA's 48 KB per block.
+__global__ void too_much_static(float* out) {
+  __shared__ float a[10 * 1024];
+  __shared__ float b[3 * 1024];
+  a[threadIdx.x] = 1.f;
+  b[threadIdx.x] = 2.f;
+  __syncthreads();
+  out[threadIdx.x] = a[threadIdx.x] + b[threadIdx.x];
+}
+// Exactly 48 KB: allowed.
+__global__ void just_enough_static(float* out) {
+  __shared__ float a[12 * 1024];
+  a[threadIdx.x] = 1.f;
+  __syncthreads();
+  out[threadIdx.x] = a[threadIdx.x];
+}
+void launch_static(int which, float* out) {
+  if (which == 0) too_much_static<<<2, 32>>>(out);
+  else just_enough_static<<<2, 32>>>(out);
+}
+"""
+
+STATIC_WRAPPER = r"""
+void launch_static(int, float*);
+void run_static(int64_t which, at::Tensor out) {
+  launch_static(int(which), out.data_ptr<float>());
+}
+"""
+
+
+def test_static_shared_over_48_kb_fails():
+    ext = ab.compile("sanitizer_static", STATIC_SOURCE, STATIC_WRAPPER, ["run_static"],
+                     backend="emulator")
+    out = torch.zeros(32)
+    with pytest.raises(RuntimeError, match=r"too_much_static.*53248 bytes.*49152"):
+        ext.run_static(0, out)
+    ext.run_static(1, out)
+    assert torch.all(out == 1.0)

@@ -25,9 +25,9 @@ A launch that runs past its time budget (:func:`time_budget`, ``ATTNBOOK_EMU_TIM
 seconds, 60 by default, 0 for none) raises :class:`KernelTimeout`, and one interrupted
 by SIGINT (Jupyter's interrupt button, Ctrl-C) raises :class:`KernelInterrupted`; either
 names the kernel and the threads that had not finished, and the next launch works. A
-watchdog thread stops the stuck threads without their help: an endless loop or a spin on
-a flag that never changes is caught, as long as the thread is in kernel code (x86-64
-Linux only; a thread inside a library call such as ``printf`` is caught once it is back).
+watchdog thread stops the stuck threads without their help: an endless loop or a spin
+on a flag that never changes is caught, as long as the thread is in kernel code (x86-64
+Linux only; a thread inside a library call, ``printf``, is caught once it is back).
 An empty loop on a value that cannot change (``while (flag == 0) {}`` on a plain,
 non-``volatile`` variable) is removed by the C++ compiler, which may assume loops end.
 """
@@ -82,7 +82,7 @@ def time_budget(seconds: float):
         seconds = 0
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
             not seconds >= 0:
-        raise ValueError(f"time budget must be a number of seconds >= 0, got {seconds!r}")
+        raise ValueError(f"time budget must be seconds >= 0, got {seconds!r}")
     return _environ(_TIMEOUT_ENV, repr(float(seconds)))
 
 

@@ -279,6 +279,7 @@ struct Runtime {
   uint3 block_idx{0, 0, 0};
   int nthreads = 0;
   uint64_t block_epoch = 0;
+  size_t static_smem_bytes = 0;   // static __shared__ bytes this block has declared
   void (*fiber)(void*) = nullptr;   // fiber_main<the kernel's closure>
   const void* closure = nullptr;
   Thread* cur = nullptr;
@@ -564,22 +565,23 @@ inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
     if ((group & (1u << l)) && l != lane) r.threads[w * kWarp + l].state = State::Runnable;
 }
 
-// ---- hang guard ------------------------------------------------------------------------
+// ---- hang guard ---------------------------------------------------------------------
 // A fiber that never reaches a synchronisation point (an endless loop, a spin on a flag
 // that another warp of the block would set: fibers do not preempt each other) would
 // hang the launch, and the notebook with it. A watchdog thread per extension watches
-// each launch: past its time budget (ATTNBOOK_EMU_TIMEOUT seconds, 60 by default, 0 for
-// none), or once SIGINT arrived during the launch, it sets job.cancel and then signals
-// every worker of the launch every few ms (kCancelSignal, through pthread_sigqueue, whose
-// value names the handler of this extension). The handler abandons the running fiber by
-// switching to the worker's scheduler context, as if the fiber had finished, but only
-// where that is safe: the fiber is running (its stack pointer lies in the worker's
-// arena) and the interrupted instruction belongs to this extension (kernel code or the
-// emulator's own), never libc or libstdc++, which may hold a lock (malloc's, stdio's).
-// A fiber stuck in a library call (a printf in a loop) is caught once it is back in
-// kernel code. The abandoned fiber's frames are never unwound: destructors of its
-// locals do not run (kernel code has none that matter). Without x86-64 the handler
-// does nothing: only blocks not yet started are cancelled.
+// each launch: past its time budget (ATTNBOOK_EMU_TIMEOUT seconds, 60 by default, 0
+// for none), or once SIGINT arrived during the launch, it sets job.cancel and then
+// signals every worker of the launch every 20 ms (cancel_signal(), through
+// pthread_sigqueue, whose value names the handler of this extension). The handler
+// abandons the running fiber by switching to the worker's scheduler context, as if the
+// fiber had finished, but only where that is safe: the fiber is running (its stack
+// pointer lies in the worker's arena) and the interrupted instruction belongs to this
+// extension (kernel code or the emulator's own), never libc or libstdc++, which may
+// hold a lock (malloc's, stdio's). A fiber stuck in a library call (a printf in a
+// loop) is caught once it is back in kernel code. The abandoned fiber's frames are
+// never unwound: destructors of its locals do not run (kernel code has none that
+// matter). Without x86-64 the handler does nothing: only blocks not yet started are
+// cancelled.
 constexpr int64_t kDefaultBudgetNs = int64_t(60) * 1000000000;
 constexpr int kTimeout = 1, kInterrupt = 2;
 inline int cancel_signal() { return SIGRTMIN + 5; }
@@ -625,7 +627,8 @@ inline bool own_code(uintptr_t pc) {
 inline void on_cancel_signal(void* ucv) {
 #if defined(__x86_64__) && !defined(ATTNBOOK_EMU_USE_UCONTEXT)
   Runtime* r = worker_runtime();
-  if (!r || !r->cur || !r->cancel || !r->cancel->load(std::memory_order_relaxed)) return;
+  if (!r || !r->cur || !r->cancel || !r->cancel->load(std::memory_order_relaxed))
+    return;
   auto* uc = static_cast<ucontext_t*>(ucv);
   auto pc = uintptr_t(uc->uc_mcontext.gregs[REG_RIP]);
   auto sp = uintptr_t(uc->uc_mcontext.gregs[REG_RSP]);
@@ -654,7 +657,7 @@ extern "C" inline void attnbook_emu_on_sigint(int) {
   sigint_seen().store(1);
 }
 
-// What the stopped block had left: how many threads had not finished, and a few of them.
+// What the stopped block had left: how many threads had not finished, and a few.
 inline std::string unfinished(Runtime& r) {
   int left = 0;
   std::string some;
@@ -668,8 +671,9 @@ inline std::string unfinished(Runtime& r) {
     }
   }
   char buf[160];
-  std::snprintf(buf, sizeof buf, "block (%u,%u,%u): %d of %d threads had not finished, "
-                "threads ", r.block_idx.x, r.block_idx.y, r.block_idx.z, left, r.nthreads);
+  std::snprintf(buf, sizeof buf,
+                "block (%u,%u,%u): %d of %d threads had not finished, threads ",
+                r.block_idx.x, r.block_idx.y, r.block_idx.z, left, r.nthreads);
   return buf + some + (left > 4 ? ", ..." : "");
 }
 
@@ -679,6 +683,7 @@ struct Watch {
   Job* job = nullptr;        // the launch being watched
   bool started = false;
   bool asleep = false;       // waiting for a notify (else it looks every 20 ms)
+  pid_t pid = getpid();
 };
 
 // Between launches the watchdog keeps looking every 20 ms for a second before it
@@ -724,6 +729,8 @@ inline void watchdog_main(Watch* w) {
 
 inline Watch& watch() {
   static Watch* w = new Watch();   // never destroyed, like the pool
+  // A forked child has no watchdog thread: it starts one of its own.
+  if (w->pid != getpid()) w = new Watch();
   return *w;
 }
 
@@ -734,8 +741,8 @@ inline int64_t budget_from_env() {
   double sec = std::strtod(s, &end);
   if (*end || !(sec >= 0))
     throw std::invalid_argument(
-        std::string("ATTNBOOK_EMU_TIMEOUT must be a number of seconds >= 0, got '") + s +
-        "'");
+        std::string("ATTNBOOK_EMU_TIMEOUT must be a number of seconds >= 0, got '") +
+        s + "'");
   return sec > 1e9 ? 0 : int64_t(sec * 1e9);
 }
 
@@ -799,7 +806,8 @@ inline std::string cancelled_message(Job& job) {
   std::string msg = buf;
   uint64_t done = job.finished.load();
   std::snprintf(buf, sizeof buf, "; %llu of %llu blocks had not finished",
-                (unsigned long long)(job.nblocks - done), (unsigned long long)job.nblocks);
+                (unsigned long long)(job.nblocks - done),
+                (unsigned long long)job.nblocks);
   msg += buf;
   if (!job.error.empty()) msg += "; " + job.error;
   return msg;
@@ -889,6 +897,7 @@ inline void run_block(Runtime& r, Job& job, uint64_t b) {
   r.block_idx = {unsigned(b % g.x), unsigned(b / g.x % g.y),
                  unsigned(b / (uint64_t(g.x) * g.y))};
   ++r.block_epoch;
+  r.static_smem_bytes = 0;
   std::memset(r.dynamic_smem, 0xff, job.smem);   // NaN as float, half, bf16; -1 as int
   for (auto& t : r.threads) t.state = State::Fresh;
   for (auto& w : r.warps) w.arrived = w.exited = 0;
@@ -1077,6 +1086,22 @@ inline T* opaque(T* p) {
 // The source transform calls this right after each static __shared__ declaration; the
 // first thread of each block to pass it fills the variable with NaN, so a read of
 // shared memory nobody wrote shows up.
+// A block may declare at most 48 KB of static __shared__ memory (nvcc's ptxas rejects
+// more). Each variable is counted once per block, when its declaration is first
+// reached, so one in a branch no thread of the block takes is not counted.
+constexpr size_t kMaxStaticSmem = 48 * 1024;
+inline void count_static_shared(Runtime& r, size_t bytes) {
+  r.static_smem_bytes += bytes;
+  if (r.static_smem_bytes <= kMaxStaticSmem) return;
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "static __shared__ variables take %zu bytes, more than the %zu a block "
+                "may declare (ptxas: 'uses too much shared data'); above 48 KB use "
+                "extern __shared__ with cudaFuncSetAttribute",
+                r.static_smem_bytes, kMaxStaticSmem);
+  throw BlockError(std::string("kernel '") + r.kernel + "': " + buf);
+}
+
 inline void poison_static_shared(const volatile void* cv, size_t bytes) {
   void* p = const_cast<void*>(cv);   // a volatile __shared__ variable too
   Runtime& r = rt();
@@ -1085,12 +1110,14 @@ inline void poison_static_shared(const volatile void* cv, size_t bytes) {
       if (epoch != r.block_epoch) {
         std::memset(p, 0xff, bytes);
         epoch = r.block_epoch;
+        count_static_shared(r, bytes);
       }
       return;
     }
   }
   std::memset(p, 0xff, bytes);
   r.static_smem.emplace_back(p, r.block_epoch);
+  count_static_shared(r, bytes);
 }
 
 }  // namespace attnbook_emu
