@@ -32,13 +32,21 @@ __global__ void spin_on_flag(float* out) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = 1.f;
 }
 
+// Nearly all its time in printf (libc): caught once a signal finds it back in kernel
+// code, which takes from a fraction of a second (to a pipe) to half a minute (to a
+// file, as under pytest's capture): not tested.
+__global__ void chatty(float* out) {
+  for (int i = 0;; ++i) printf("%d\n", i);
+}
+
 __global__ void fill(float* out, float value) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = value;
 }
 
 void launch_hang(int which, float* out) {
   if (which == 0) spin_forever<<<4, 64>>>(out);
-  else spin_on_flag<<<4, 64>>>(out);
+  else if (which == 1) spin_on_flag<<<4, 64>>>(out);
+  else chatty<<<2, 32>>>(out);
 }
 void launch_fill(float* out, float value) { fill<<<4, 64>>>(out, value); }
 """

@@ -27,7 +27,8 @@ by SIGINT (Jupyter's interrupt button, Ctrl-C) raises :class:`KernelInterrupted`
 names the kernel and the threads that had not finished, and the next launch works. A
 watchdog thread stops the stuck threads without their help: an endless loop or a spin
 on a flag that never changes is caught, as long as the thread is in kernel code (x86-64
-Linux only; a thread inside a library call, ``printf``, is caught once it is back).
+Linux only; a thread inside a library call, ``printf``, is caught once it is back: a
+loop spending nearly all its time in ``printf`` to a file may take many seconds).
 An empty loop on a value that cannot change (``while (flag == 0) {}`` on a plain,
 non-``volatile`` variable) is removed by the C++ compiler, which may assume loops end.
 """

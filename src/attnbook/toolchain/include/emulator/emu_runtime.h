@@ -571,17 +571,18 @@ inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
 // hang the launch, and the notebook with it. A watchdog thread per extension watches
 // each launch: past its time budget (ATTNBOOK_EMU_TIMEOUT seconds, 60 by default, 0
 // for none), or once SIGINT arrived during the launch, it sets job.cancel and then
-// signals every worker of the launch every 20 ms (cancel_signal(), through
+// signals every worker of the launch every millisecond (cancel_signal(), through
 // pthread_sigqueue, whose value names the handler of this extension). The handler
 // abandons the running fiber by switching to the worker's scheduler context, as if the
 // fiber had finished, but only where that is safe: the fiber is running (its stack
 // pointer lies in the worker's arena) and the interrupted instruction belongs to this
 // extension (kernel code or the emulator's own), never libc or libstdc++, which may
 // hold a lock (malloc's, stdio's). A fiber stuck in a library call (a printf in a
-// loop) is caught once it is back in kernel code. The abandoned fiber's frames are
-// never unwound: destructors of its locals do not run (kernel code has none that
-// matter). Without x86-64 the handler does nothing: only blocks not yet started are
-// cancelled.
+// loop) is caught once a signal finds it back in kernel code (a loop that spends
+// nearly all its time printing to a file: up to tens of seconds). The abandoned
+// fiber's frames are never unwound: destructors of its locals do not run (kernel code
+// has none that matter). Without x86-64 the handler does nothing: only blocks not yet
+// started are cancelled.
 constexpr int64_t kDefaultBudgetNs = int64_t(60) * 1000000000;
 constexpr int kTimeout = 1, kInterrupt = 2;
 inline int cancel_signal() { return SIGRTMIN + 5; }
@@ -701,7 +702,11 @@ inline void watchdog_main(Watch* w) {
       continue;
     }
     Job* job = w->job;
-    w->cv.wait_for(lock, std::chrono::milliseconds(20));
+    // Once cancelled, look (and signal) every millisecond: a fiber that spends most
+    // of its time in a library call (printf in a loop) is sooner caught in its own
+    // code.
+    bool cancelled = job && job->cancel.load();
+    w->cv.wait_for(lock, std::chrono::milliseconds(cancelled ? 1 : 20));
     if (!job) {
       ++idle;
       continue;
@@ -718,7 +723,7 @@ inline void watchdog_main(Watch* w) {
       if (!why) continue;
       job->cancel.store(why);
     }
-    // Every 20 ms until the launch ends: a fiber in a library call is caught later.
+    // Until the launch ends: a fiber in a library call is caught later.
     sigval v;
     v.sival_ptr = reinterpret_cast<void*>(&on_cancel_signal);
     int n = std::min(job->ntids.load(), job->max_tids);
