@@ -14,8 +14,8 @@ from .figures import plots, show_kernel, show_source, widgets
 from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, Attention, PagedKVCache, attention,
                   attention_with_kvcache, flash_attention_fp32, gemm, kv_cache_append, softmax)
 from .reference import attention_reference, expand_kv, flash_attention_tiles, masks
-from .toolchain import (CompileError, compile, default_backend, describe_machine, has_gpu,
-                        kernel_source, occupancy, ptxas_report, thread_order,
-                        workers)
+from .toolchain import (CompileError, KernelInterrupted, KernelTimeout, compile,
+                        default_backend, describe_machine, has_gpu, kernel_source,
+                        occupancy, ptxas_report, thread_order, time_budget, workers)
 
 __version__ = "0.1.0"

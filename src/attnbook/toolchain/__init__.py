@@ -3,7 +3,8 @@ emulator without one), the extension cache, ptxas reports, the emulator's source
 and thread orders, and the description of the machine."""
 from .compile import (CompileError, INCLUDE_DIR, KERNEL_DIR, compile, default_backend,
                       kernel_source, package_module)
-from .emulator import thread_order, workers
+from .emulator import (KernelInterrupted, KernelTimeout, thread_order, time_budget,
+                       workers)
 from .machine import describe_machine, has_gpu
 from .occupancy import occupancy
 from .ptxas import find_nvcc, ptxas_report

@@ -163,6 +163,8 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
                 os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
     # One line, printed once the build is done, so that it never splits a cell's output.
     print(f"compiled {name} for {target} in {time.perf_counter() - start:.1f} s")
+    if backend == "emulator":
+        emulator.guard_module(module, functions)
     return module
 
 

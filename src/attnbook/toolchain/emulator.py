@@ -20,6 +20,17 @@ also settable with ``ATTNBOOK_EMU_WORKERS``). A block's thread order depends onl
 order, its seed and the block's index, so results do not depend on the number of
 workers, except where blocks race each other (through atomics or global memory) or
 print.
+
+A launch that runs past its time budget (:func:`time_budget`, ``ATTNBOOK_EMU_TIMEOUT``
+seconds, 60 by default, 0 for none) raises :class:`KernelTimeout`, and one interrupted
+by SIGINT (Jupyter's interrupt button, Ctrl-C) raises :class:`KernelInterrupted`; either
+names the kernel and the threads that had not finished, and the next launch works. A
+watchdog thread stops the stuck threads without their help: an endless loop or a spin
+on a flag that never changes is caught, as long as the thread is in kernel code (x86-64
+Linux only; a thread inside a library call, ``printf``, is caught once it is back: a
+loop spending nearly all its time in ``printf`` to a file may take many seconds).
+An empty loop on a value that cannot change (``while (flag == 0) {}`` on a plain,
+non-``volatile`` variable) is removed by the C++ compiler, which may assume loops end.
 """
 from __future__ import annotations
 
@@ -27,11 +38,13 @@ import contextlib
 import os
 import re
 
-__all__ = ["to_cpp", "inline_headers", "thread_order", "workers", "ORDERS"]
+__all__ = ["to_cpp", "inline_headers", "thread_order", "workers", "ORDERS",
+           "time_budget", "KernelTimeout", "KernelInterrupted", "guard_module"]
 
 ORDERS = ("forward", "reverse", "shuffle")
 _ENV = "ATTNBOOK_THREAD_ORDER"
 _WORKERS_ENV = "ATTNBOOK_EMU_WORKERS"
+_TIMEOUT_ENV = "ATTNBOOK_EMU_TIMEOUT"
 
 
 @contextlib.contextmanager
@@ -61,6 +74,56 @@ def workers(n: int):
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"workers must be a positive int, got {n!r}")
     return _environ(_WORKERS_ENV, str(n))
+
+
+def time_budget(seconds: float):
+    """Stop any launch that runs longer than ``seconds`` inside the ``with`` block
+    (``None`` or 0: no limit), raising :class:`KernelTimeout`."""
+    if seconds is None:
+        seconds = 0
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
+            not seconds >= 0:
+        raise ValueError(f"time budget must be seconds >= 0, got {seconds!r}")
+    return _environ(_TIMEOUT_ENV, repr(float(seconds)))
+
+
+class KernelTimeout(RuntimeError):
+    """A launch ran past its time budget and was stopped; the message names the kernel
+    and the threads that had not finished."""
+
+
+class KernelInterrupted(KernelTimeout, KeyboardInterrupt):
+    """A launch was interrupted (SIGINT); caught by ``except KeyboardInterrupt`` too."""
+
+
+# The emulator's messages for a stopped launch (emu_runtime.h, cancelled_message).
+_STOPPED = ((re.compile(r"kernel '[^']*' was interrupted after"), KernelInterrupted),
+            (re.compile(r"kernel '[^']*' ran past its time budget"), KernelTimeout))
+
+
+def _guarded(fn):
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except RuntimeError as e:
+            for pattern, cls in _STOPPED:
+                if type(e) is RuntimeError and pattern.match(str(e)):
+                    raise cls(str(e)) from None
+            raise
+    call.__wrapped__ = fn
+    call.__name__ = getattr(fn, "__name__", "kernel")
+    call.__doc__ = getattr(fn, "__doc__", None)
+    return call
+
+
+def guard_module(module, functions):
+    """Make ``functions`` of an emulator extension raise :class:`KernelTimeout` or
+    :class:`KernelInterrupted` for a stopped launch (pybind11 raises RuntimeError)."""
+    for name in functions:
+        fn = getattr(module, name, None)
+        if fn is not None and not hasattr(fn, "__wrapped__"):
+            setattr(module, name, _guarded(fn))
+    return module
 
 
 def _blank(source: str, strings: bool) -> str:

@@ -11,12 +11,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <csignal>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -24,8 +27,14 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #if !(defined(__x86_64__) && defined(__linux__)) || defined(ATTNBOOK_EMU_UCONTEXT)
@@ -241,6 +250,17 @@ struct Job {
   std::atomic<uint64_t> failed_block{UINT64_MAX};
   std::mutex m;
   std::string error;
+  // Hang guard: the watchdog sets `cancel` (kTimeout or kInterrupt); workers then take
+  // no new block, and a fiber still running is abandoned (see on_cancel_signal).
+  std::atomic<int> cancel{0};
+  std::atomic<uint64_t> finished{0};        // blocks run to their end
+  int64_t budget_ns = 0;                    // 0: no time budget
+  std::chrono::steady_clock::time_point start;
+  // The OS threads running this job, for the watchdog to signal; an entry is set once
+  // the thread's thread-locals exist (the signal handler reads them).
+  std::unique_ptr<std::atomic<pthread_t>[]> tids;
+  int max_tids = 0;
+  std::atomic<int> ntids{0};
 
   void fail(uint64_t b, const std::string& msg) {
     std::lock_guard<std::mutex> lock(m);
@@ -259,6 +279,7 @@ struct Runtime {
   uint3 block_idx{0, 0, 0};
   int nthreads = 0;
   uint64_t block_epoch = 0;
+  size_t static_smem_bytes = 0;   // static __shared__ bytes this block has declared
   void (*fiber)(void*) = nullptr;   // fiber_main<the kernel's closure>
   const void* closure = nullptr;
   Thread* cur = nullptr;
@@ -275,6 +296,8 @@ struct Runtime {
   int done = 0;
   int arrived = 0;          // at the barrier being gathered
   int sync_result = 0;      // of the last barrier released
+  const std::atomic<int>* cancel = nullptr;   // the current job's
+  volatile sig_atomic_t stopped = 0;   // a fiber was abandoned by the hang guard
   // Dynamic shared memory: this worker's, reused by each block it runs.
   alignas(128) unsigned char dynamic_smem[kMaxDynamicSmem];
   std::vector<std::pair<void*, uint64_t>> static_smem;   // address, epoch poisoned
@@ -302,8 +325,14 @@ inline char* stack_top(Runtime& r, int fiber) {
 }
 
 // The calling OS thread's worker runtime, made on first use.
-inline Runtime& own_runtime() {
+// This OS thread's Runtime, or nullptr (read by the hang guard's signal handler).
+inline Runtime*& worker_runtime() {
   static thread_local Runtime* r = nullptr;
+  return r;
+}
+
+inline Runtime& own_runtime() {
+  Runtime*& r = worker_runtime();
   if (!r) {   // never destroyed: an abandoned fiber may still point into it
     char* a = reserve_arena();
     commit(a, kRuntimeSlots * kSlotBytes);
@@ -536,6 +565,259 @@ inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
     if ((group & (1u << l)) && l != lane) r.threads[w * kWarp + l].state = State::Runnable;
 }
 
+// ---- hang guard ---------------------------------------------------------------------
+// A fiber that never reaches a synchronisation point (an endless loop, a spin on a flag
+// that another warp of the block would set: fibers do not preempt each other) would
+// hang the launch, and the notebook with it. A watchdog thread per extension watches
+// each launch: past its time budget (ATTNBOOK_EMU_TIMEOUT seconds, 60 by default, 0
+// for none), or once SIGINT arrived during the launch, it sets job.cancel and then
+// signals every worker of the launch every millisecond (cancel_signal(), through
+// pthread_sigqueue, whose value names the handler of this extension). The handler
+// abandons the running fiber by switching to the worker's scheduler context, as if the
+// fiber had finished, but only where that is safe: the fiber is running (its stack
+// pointer lies in the worker's arena) and the interrupted instruction belongs to this
+// extension (kernel code or the emulator's own), never libc or libstdc++, which may
+// hold a lock (malloc's, stdio's). A fiber stuck in a library call (a printf in a
+// loop) is caught once a signal finds it back in kernel code (a loop that spends
+// nearly all its time printing to a file: up to tens of seconds). The abandoned
+// fiber's frames are never unwound: destructors of its locals do not run (kernel code
+// has none that matter). Without x86-64 the handler does nothing: only blocks not yet
+// started are cancelled.
+constexpr int64_t kDefaultBudgetNs = int64_t(60) * 1000000000;
+constexpr int kTimeout = 1, kInterrupt = 2;
+inline int cancel_signal() { return SIGRTMIN + 5; }
+
+// The executable segments of this extension, found once outside any signal handler.
+struct CodeRanges {
+  uintptr_t lo[8], hi[8];
+  int n = 0;
+};
+inline CodeRanges& code_ranges() {
+  static CodeRanges c;
+  return c;
+}
+inline void find_code_ranges() {
+  CodeRanges& c = code_ranges();
+  if (c.n) return;
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&find_code_ranges), &info)) return;
+  struct Ctx { void* base; CodeRanges* c; } ctx{info.dli_fbase, &c};
+  dl_iterate_phdr([](dl_phdr_info* i, size_t, void* p) -> int {
+    auto* x = static_cast<Ctx*>(p);
+    for (int k = 0; k < i->dlpi_phnum; ++k) {
+      const auto& h = i->dlpi_phdr[k];
+      if (h.p_type != PT_LOAD || !(h.p_flags & PF_X)) continue;
+      if (x->base != reinterpret_cast<void*>(i->dlpi_addr)) return 0;
+      uintptr_t lo = i->dlpi_addr + h.p_vaddr;
+      if (x->c->n < 8) {
+        x->c->lo[x->c->n] = lo;
+        x->c->hi[x->c->n++] = lo + h.p_memsz;
+      }
+    }
+    return 0;
+  }, &ctx);
+}
+inline bool own_code(uintptr_t pc) {
+  const CodeRanges& c = code_ranges();
+  for (int i = 0; i < c.n; ++i)
+    if (c.lo[i] <= pc && pc < c.hi[i]) return true;
+  return false;
+}
+
+// Called by the signal handler (any extension's: it dispatches on the signal's value).
+inline void on_cancel_signal(void* ucv) {
+#if defined(__x86_64__) && !defined(ATTNBOOK_EMU_USE_UCONTEXT)
+  Runtime* r = worker_runtime();
+  if (!r || !r->cur || !r->cancel || !r->cancel->load(std::memory_order_relaxed))
+    return;
+  auto* uc = static_cast<ucontext_t*>(ucv);
+  auto pc = uintptr_t(uc->uc_mcontext.gregs[REG_RIP]);
+  auto sp = uintptr_t(uc->uc_mcontext.gregs[REG_RSP]);
+  if ((sp & ~uintptr_t(kArenaBytes - 1)) != reinterpret_cast<uintptr_t>(r)) return;
+  if (!own_code(pc)) return;
+  Thread* self = r->cur;
+  r->stopped = 1;
+  r->cur = nullptr;
+  // SA_NODEFER: leaving the handler this way leaves the signal unblocked.
+  Context::jump(self->ctx, r->scheduler);
+#else
+  (void)ucv;
+#endif
+}
+
+extern "C" inline void attnbook_emu_dispatch(int, siginfo_t* si, void* uc) {
+  if (si->si_code == SI_QUEUE && si->si_value.sival_ptr)
+    reinterpret_cast<void (*)(void*)>(si->si_value.sival_ptr)(uc);
+}
+
+inline std::atomic<int>& sigint_seen() {
+  static std::atomic<int> seen{0};
+  return seen;
+}
+extern "C" inline void attnbook_emu_on_sigint(int) {
+  sigint_seen().store(1);
+}
+
+// What the stopped block had left: how many threads had not finished, and a few.
+inline std::string unfinished(Runtime& r) {
+  int left = 0;
+  std::string some;
+  for (auto& t : r.threads) {
+    if (t.state == State::Done) continue;
+    if (++left <= 4) {
+      char buf[48];
+      std::snprintf(buf, sizeof buf, "%s(%u,%u,%u)", left > 1 ? ", " : "", t.tid.x,
+                    t.tid.y, t.tid.z);
+      some += buf;
+    }
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "block (%u,%u,%u): %d of %d threads had not finished, threads ",
+                r.block_idx.x, r.block_idx.y, r.block_idx.z, left, r.nthreads);
+  return buf + some + (left > 4 ? ", ..." : "");
+}
+
+struct Watch {
+  std::mutex m;
+  std::condition_variable cv;
+  Job* job = nullptr;        // the launch being watched
+  bool started = false;
+  bool asleep = false;       // waiting for a notify (else it looks every 20 ms)
+  pid_t pid = getpid();
+};
+
+// Between launches the watchdog keeps looking every 20 ms for a second before it
+// sleeps until notified: a notify (a system call) per launch would cost launches in a
+// loop a few microseconds each.
+inline void watchdog_main(Watch* w) {
+  std::unique_lock<std::mutex> lock(w->m);
+  int idle = 0;
+  for (;;) {
+    if (!w->job && idle >= 50) {
+      w->asleep = true;
+      w->cv.wait(lock);
+      w->asleep = false;
+      idle = 0;
+      continue;
+    }
+    Job* job = w->job;
+    // Once cancelled, look (and signal) every millisecond: a fiber that spends most
+    // of its time in a library call (printf in a loop) is sooner caught in its own
+    // code.
+    bool cancelled = job && job->cancel.load();
+    w->cv.wait_for(lock, std::chrono::milliseconds(cancelled ? 1 : 20));
+    if (!job) {
+      ++idle;
+      continue;
+    }
+    idle = 0;
+    if (w->job != job) continue;   // that launch is over (job may be gone)
+    if (!job->cancel.load()) {
+      int why = 0;
+      if (sigint_seen().load()) why = kInterrupt;
+      else if (job->budget_ns > 0 &&
+               std::chrono::steady_clock::now() - job->start >
+                   std::chrono::nanoseconds(job->budget_ns))
+        why = kTimeout;
+      if (!why) continue;
+      job->cancel.store(why);
+    }
+    // Until the launch ends: a fiber in a library call is caught later.
+    sigval v;
+    v.sival_ptr = reinterpret_cast<void*>(&on_cancel_signal);
+    int n = std::min(job->ntids.load(), job->max_tids);
+    for (int i = 0; i < n; ++i)
+      if (pthread_t t = job->tids[i].load()) pthread_sigqueue(t, cancel_signal(), v);
+  }
+}
+
+inline Watch& watch() {
+  static Watch* w = new Watch();   // never destroyed, like the pool
+  // A forked child has no watchdog thread: it starts one of its own.
+  if (w->pid != getpid()) w = new Watch();
+  return *w;
+}
+
+inline int64_t budget_from_env() {
+  const char* s = std::getenv("ATTNBOOK_EMU_TIMEOUT");
+  if (!s || !*s) return kDefaultBudgetNs;
+  char* end;
+  double sec = std::strtod(s, &end);
+  if (*end || !(sec >= 0))
+    throw std::invalid_argument(
+        std::string("ATTNBOOK_EMU_TIMEOUT must be a number of seconds >= 0, got '") +
+        s + "'");
+  return sec > 1e9 ? 0 : int64_t(sec * 1e9);
+}
+
+// Watches one launch from construction to destruction; on the main thread it also
+// turns SIGINT into a cancel (Python's own handler would only act once the launch
+// returned), and hands a SIGINT that came too late to cancel anything back to Python.
+struct Watched {
+  Job& job;
+  bool main_thread = getpid() == pid_t(syscall(SYS_gettid));
+  struct sigaction old_int {};
+
+  explicit Watched(Job& j) : job(j) {
+    Watch& w = watch();
+    std::lock_guard<std::mutex> lock(w.m);
+    if (!w.started) {
+      find_code_ranges();
+      struct sigaction sa {};
+      sa.sa_sigaction = &attnbook_emu_dispatch;
+      sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESTART;
+      sigemptyset(&sa.sa_mask);
+      sigaction(cancel_signal(), &sa, nullptr);
+      std::thread(watchdog_main, &w).detach();
+      w.started = true;
+    }
+    if (main_thread) {
+      sigint_seen().store(0);
+      struct sigaction sa {};
+      sa.sa_handler = &attnbook_emu_on_sigint;
+      sa.sa_flags = SA_RESTART;
+      sigemptyset(&sa.sa_mask);
+      sigaction(SIGINT, &sa, &old_int);
+    }
+    w.job = &job;
+    if (w.asleep) w.cv.notify_one();
+  }
+  ~Watched() {
+    Watch& w = watch();
+    {
+      std::lock_guard<std::mutex> lock(w.m);
+      w.job = nullptr;
+    }
+    if (main_thread) {
+      sigaction(SIGINT, &old_int, nullptr);
+      if (sigint_seen().load() && job.cancel.load() != kInterrupt) raise(SIGINT);
+    }
+  }
+};
+
+// The exception of a cancelled launch: what was left, and why.
+inline std::string cancelled_message(Job& job) {
+  double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                             job.start).count();
+  char buf[256];
+  if (job.cancel.load() == kTimeout)
+    std::snprintf(buf, sizeof buf, "kernel '%s' ran past its time budget of %.3g s "
+                  "(ATTNBOOK_EMU_TIMEOUT, or attnbook.time_budget) and was stopped "
+                  "after %.3g s", job.kernel, job.budget_ns / 1e9, sec);
+  else
+    std::snprintf(buf, sizeof buf, "kernel '%s' was interrupted after %.3g s",
+                  job.kernel, sec);
+  std::string msg = buf;
+  uint64_t done = job.finished.load();
+  std::snprintf(buf, sizeof buf, "; %llu of %llu blocks had not finished",
+                (unsigned long long)(job.nblocks - done),
+                (unsigned long long)job.nblocks);
+  msg += buf;
+  if (!job.error.empty()) msg += "; " + job.error;
+  return msg;
+}
+
 // ---- launching -----------------------------------------------------------------------------
 inline Order order_from_env(uint64_t& seed) {
   const char* s = std::getenv("ATTNBOOK_THREAD_ORDER");
@@ -595,6 +877,7 @@ inline void prepare(Runtime& r, const Job& job) {
   r.fiber = job.fiber;
   r.closure = job.closure;
   r.mode = job.order;
+  r.cancel = &job.cancel;
   int n = job.nthreads;
   r.nthreads = n;
   r.threads.assign(n, Thread{});
@@ -614,11 +897,12 @@ inline void prepare(Runtime& r, const Job& job) {
   }
 }
 
-inline void run_block(Runtime& r, const Job& job, uint64_t b) {
+inline void run_block(Runtime& r, Job& job, uint64_t b) {
   const dim3& g = job.grid;
   r.block_idx = {unsigned(b % g.x), unsigned(b / g.x % g.y),
                  unsigned(b / (uint64_t(g.x) * g.y))};
   ++r.block_epoch;
+  r.static_smem_bytes = 0;
   std::memset(r.dynamic_smem, 0xff, job.smem);   // NaN as float, half, bf16; -1 as int
   for (auto& t : r.threads) t.state = State::Fresh;
   for (auto& w : r.warps) w.arrived = w.exited = 0;
@@ -631,16 +915,24 @@ inline void run_block(Runtime& r, const Job& job, uint64_t b) {
   r.rng.s = job.seed ^ ((b + 1) * 0xd1b54a32d192ed03ull);
   new_pass(r);
   resume(r, r.scheduler, scan(r));
+  if (r.stopped) {
+    r.stopped = 0;
+    throw KernelError(unfinished(r));
+  }
   if (!r.error.empty()) throw KernelError(r.error);
+  job.finished.fetch_add(1, std::memory_order_relaxed);
 }
 
 // Run blocks of `job` until none is left or one has failed.
 inline void work(Job& job) {
   Runtime& r = own_runtime();
+  int slot = job.ntids.fetch_add(1);
+  if (slot < job.max_tids) job.tids[slot].store(pthread_self());
   uint64_t b = 0;
   try {
     prepare(r, job);
     for (;;) {
+      if (job.cancel.load(std::memory_order_relaxed)) break;
       b = job.next.fetch_add(1);
       if (b >= job.nblocks || b > job.failed_block.load()) break;
       run_block(r, job, b);
@@ -692,6 +984,12 @@ inline void launch(Job& job) {
   Pool& p = pool();
   std::lock_guard<std::mutex> one_launch(p.launching);
   int helpers = int(std::min<uint64_t>(uint64_t(workers_from_env()), job.nblocks)) - 1;
+  job.budget_ns = budget_from_env();
+  job.max_tids = std::max(helpers, 0) + 1;
+  job.tids.reset(new std::atomic<pthread_t>[job.max_tids]);
+  for (int i = 0; i < job.max_tids; ++i) job.tids[i].store(pthread_t());
+  job.start = std::chrono::steady_clock::now();
+  Watched watched(job);
   if (helpers > 0) {
     std::lock_guard<std::mutex> lock(p.m);
     for (; p.started < helpers; ++p.started)
@@ -708,6 +1006,7 @@ inline void launch(Job& job) {
     p.job = nullptr;
   }
   std::fflush(stdout);
+  if (job.cancel.load()) throw KernelError(cancelled_message(job));
   if (job.failed_block.load() != UINT64_MAX) throw KernelError(job.error);
 }
 
@@ -792,19 +1091,38 @@ inline T* opaque(T* p) {
 // The source transform calls this right after each static __shared__ declaration; the
 // first thread of each block to pass it fills the variable with NaN, so a read of
 // shared memory nobody wrote shows up.
-inline void poison_static_shared(void* p, size_t bytes) {
+// A block may declare at most 48 KB of static __shared__ memory (nvcc's ptxas rejects
+// more). Each variable is counted once per block, when its declaration is first
+// reached, so one in a branch no thread of the block takes is not counted.
+constexpr size_t kMaxStaticSmem = 48 * 1024;
+inline void count_static_shared(Runtime& r, size_t bytes) {
+  r.static_smem_bytes += bytes;
+  if (r.static_smem_bytes <= kMaxStaticSmem) return;
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "static __shared__ variables take %zu bytes, more than the %zu a block "
+                "may declare (ptxas: 'uses too much shared data'); above 48 KB use "
+                "extern __shared__ with cudaFuncSetAttribute",
+                r.static_smem_bytes, kMaxStaticSmem);
+  throw BlockError(std::string("kernel '") + r.kernel + "': " + buf);
+}
+
+inline void poison_static_shared(const volatile void* cv, size_t bytes) {
+  void* p = const_cast<void*>(cv);   // a volatile __shared__ variable too
   Runtime& r = rt();
   for (auto& [addr, epoch] : r.static_smem) {
     if (addr == p) {
       if (epoch != r.block_epoch) {
         std::memset(p, 0xff, bytes);
         epoch = r.block_epoch;
+        count_static_shared(r, bytes);
       }
       return;
     }
   }
   std::memset(p, 0xff, bytes);
   r.static_smem.emplace_back(p, r.block_epoch);
+  count_static_shared(r, bytes);
 }
 
 }  // namespace attnbook_emu
