@@ -97,9 +97,10 @@ def core_count() -> int:
     return os.cpu_count()
 
 
-def timed(fn, repeats: int) -> tuple[float, float]:
-    """Best and median seconds of ``repeats`` calls of ``fn``, after a warm-up call."""
-    fn()
+def timed(fn, repeats: int, warmup: int = 1) -> tuple[float, float]:
+    """Best and median seconds of ``repeats`` calls of ``fn``, after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -11,24 +11,16 @@ on a GPU the calls are asynchronous, so the figures are launch-side costs.
 """
 from __future__ import annotations
 
-import statistics
-import time
 
 import torch
 
 from ..ops import attention
 from ..ops.flash import FLASH_FP32_TILES, _module, flash_forward
+from .emulator_speed import timed
 
 
-def _median_us(fn, repeats=2000, warmup=50) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter_ns()
-        fn()
-        times.append(time.perf_counter_ns() - start)
-    return statistics.median(times) / 1e3
+def _median_us(fn) -> float:
+    return timed(fn, repeats=2000, warmup=50)[1] * 1e6
 
 
 def measure(device="cpu") -> dict:
