@@ -11,8 +11,9 @@ The subpackages name the layers, each using only those listed before it:
 from . import bench, exercises, figures, ops, reference, toolchain
 from .bench import peak_memory
 from .figures import plots, show_kernel, show_source, widgets
-from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, Attention, PagedKVCache, attention,
-                  attention_with_kvcache, flash_attention_fp32, gemm, kv_cache_append, softmax)
+from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, TC_STEPS, Attention, PagedKVCache,
+                  attention, attention_with_kvcache, flash_attention_fp32,
+                  flash_attention_tc, gemm, kv_cache_append, softmax)
 from .reference import attention_reference, expand_kv, flash_attention_tiles, masks
 from .toolchain import (CompileError, KernelInterrupted, KernelTimeout, compile,
                         default_backend, describe_machine, has_gpu, kernel_source,

@@ -14,8 +14,9 @@ from typing import Optional
 import torch
 
 from ..toolchain.compile import package_module
-from ..reference.checks import INT32_MAX, attention_args
+from ..reference.checks import HALF_PRECISION, INT32_MAX, attention_args
 from .flash import check_flash_config, flash_forward
+from .flash_tc import tc_forward
 from .wrappers import ATTENTION_CPP
 
 __all__ = ["attention", "Attention", "IMPLS", "three_kernels", "three_kernel_forward",
@@ -110,8 +111,9 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
     of ``torch.nn.functional.scaled_dot_product_attention``.
 
     q: [*batch, H, Sq, D]; k, v: [*batch, Hkv, Sk, D] with H a multiple of Hkv (grouped heads
-    are accepted with or without ``enable_gqa``); any strides; float32 (float16/bfloat16:
-    chapter 8); on a CUDA device, or on the CPU where the emulator runs the kernels.
+    are accepted with or without ``enable_gqa``); any strides; float32, or float16 and
+    bfloat16 (impl="flash" only: chapter 8's tensor cores, head_dim ≤ 128); on a CUDA
+    device, or on the CPU where the emulator runs the kernels.
     ``attn_mask``: bool (True = attend) or additive float, broadcast to [*batch, H, Sq, Sk].
     ``dropout_p`` must be 0. The book's masks: ``stride`` (keys j % stride == 0), ``window``
     (|i + Sk − Sq − j| < window), ``key_lengths`` ([B] integers: keys j < L[b]; clamped to
@@ -119,15 +121,22 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
 
     Differences from SDPA, on purpose: ``is_causal`` aligns bottom-right when Sq ≠ Sk; a row
     with no admissible key gives zeros; a masked key is absent — NaN or inf in its k (every
-    path) or its v (impl="flash") does not reach the output, where SDPA's math path turns it
-    into NaN through 0·NaN. NaN and ±inf anywhere else propagate as in SDPA.
+    path) or its v (impl="flash" in float32) does not reach the output, where SDPA's math
+    path turns it into NaN through 0·NaN. NaN and ±inf anywhere else propagate as in SDPA.
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     if not isinstance(enable_gqa, bool):
         raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}")
     a = attention_args(q, k, v, attn_mask, dropout_p, is_causal, scale, stride=stride,
-                       window=window, key_lengths=key_lengths)
+                       window=window, key_lengths=key_lengths,
+                       dtypes=(torch.float32, *HALF_PRECISION))
+    if a.q.dtype in HALF_PRECISION:
+        if impl != "flash":
+            raise NotImplementedError(
+                f"impl={impl!r} computes in float32; float16 and bfloat16 run on "
+                "impl='flash' (chapter 8's tensor-core kernel)")
+        return a.output(tc_forward(a)[0])
     if impl != "flash":
         return _three_kernel_path(a, impl)
     if a.q.numel() == 0:

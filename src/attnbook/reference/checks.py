@@ -127,8 +127,9 @@ def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     for name, t in (("q", q), ("k", k), ("v", v)):
         if getattr(t, "dtype", None) in HALF_PRECISION and t.dtype not in dtypes:
             raise NotImplementedError(
-                f"{name} is {t.dtype}: half-precision attention runs on chapter 8's "
-                "tensor-core kernel, which this version does not have yet; use float32")
+                f"{name} is {t.dtype}: this path computes in float32; half precision "
+                "runs on chapter 8's tensor-core kernel (ab.attention with impl='flash', "
+                "or ab.flash_attention_tc)")
         check_tensor(t, name, dtypes, min_dim=2)
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")

@@ -1,0 +1,82 @@
+// Chapter 8's tensor-core attention forward, every step of the chapter behind one
+// launcher: fp16 or bf16 q, k, v in any [B, H, S, D] layout whose rows start on 16
+// bytes, o in the same dtype, lse in fp32. The steps:
+//   1 mma.sync, fragments lane by lane, P via shared memory   (flash_tc_1_mma)
+//   2 ldmatrix for every fragment                             (flash_tc_2_ldmatrix)
+//   3 swizzled shared memory                                  (flash_tc_2_ldmatrix)
+//   4 cp.async double buffering of K and V                    (flash_tc_4_pipeline)
+//   5 P kept in registers, exp2 with the scale folded in      (flash_tc_4_pipeline)
+#include <algorithm>
+
+#include "flash_tc_4_pipeline.cuh"
+
+template <class T, int D, int Bc, int Warps>
+using TcKernel = void (*)(const T*, const T*, const T*, T*, float*, Layout, Layout,
+                          Layout, int, int, int, int, int, float, MaskParams);
+
+template <class T, int D, int Bc, int Warps, int Step>
+constexpr TcKernel<T, D, Bc, Warps> tc_kernel() {
+  if constexpr (Step == 1)
+    return flash_tc_smem_p_kernel<T, D, Bc, Warps, LaneFragments>;
+  else if constexpr (Step == 2)
+    return flash_tc_smem_p_kernel<T, D, Bc, Warps, LdmatrixFragments<false>>;
+  else if constexpr (Step == 3)
+    return flash_tc_smem_p_kernel<T, D, Bc, Warps, LdmatrixFragments<true>>;
+  else
+    return flash_tc_pipeline_kernel<T, D, Bc, Warps, Step == 5>;
+}
+
+template <int D, int Bc, int Warps, int Step>
+constexpr int tc_smem_bytes() {
+  if constexpr (Step <= 3)
+    return smem_p_bytes<D, Bc, Warps>();
+  else
+    return pipeline_bytes<D, Bc, Warps, Step == 5>();
+}
+
+template <class T, int D, int Bc, int Warps, int Step>
+static void launch(const void* q, const void* k, const void* v, void* o, float* lse,
+                   const Layout& lq, const Layout& lk, const Layout& lv, int B, int H,
+                   int Hkv, int Sq, int Sk, float scale, const MaskParams& mask,
+                   cudaStream_t stream) {
+  constexpr int Br = 16 * Warps, bytes = tc_smem_bytes<D, Bc, Warps, Step>();
+  const auto kernel = tc_kernel<T, D, Bc, Warps, Step>();
+  if (bytes > 48 * 1024)   // past 48 KB a kernel must opt in
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const long long BH = (long long)B * H;
+  for (long long bh0 = 0; bh0 < BH; bh0 += 65535) {   // gridDim.y is at most 65535
+    const dim3 grid((Sq + Br - 1) / Br, unsigned(std::min(BH - bh0, 65535ll)));
+    kernel<<<grid, 32 * Warps, bytes, stream>>>(
+        static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+        static_cast<T*>(o), lse, lq, lk, lv, int(bh0), H, Hkv, Sq, Sk, scale, mask);
+  }
+}
+
+// bf16: false for fp16. Returns false if (step, D, Bc, Warps) is not compiled.
+bool flash_tc_forward(bool bf16, int step, const void* q, const void* k, const void* v,
+                      void* o, float* lse, const Layout& lq, const Layout& lk,
+                      const Layout& lv, int B, int H, int Hkv, int Sq, int Sk, int D,
+                      int Bc, int Warps, float scale, const MaskParams& mask,
+                      cudaStream_t stream) {
+#define ATTNBOOK_TC_CONFIG(step_, d, bc, warps)                                      \
+  if (step == step_ && D == d && Bc == bc && Warps == warps) {                      \
+    (bf16 ? launch<__nv_bfloat16, d, bc, warps, step_>                               \
+          : launch<__half, d, bc, warps, step_>)(q, k, v, o, lse, lq, lk, lv, B, H,  \
+                                                 Hkv, Sq, Sk, scale, mask, stream);  \
+    return true;                                                                     \
+  }
+#define ATTNBOOK_TC_STEPS(d, bc)                                                     \
+  ATTNBOOK_TC_CONFIG(1, d, bc, 4)                                                    \
+  ATTNBOOK_TC_CONFIG(2, d, bc, 4)                                                    \
+  ATTNBOOK_TC_CONFIG(3, d, bc, 4)                                                    \
+  ATTNBOOK_TC_CONFIG(4, d, bc, 4)                                                    \
+  ATTNBOOK_TC_CONFIG(5, d, bc, 4)
+  ATTNBOOK_TC_STEPS(64, 64)
+  ATTNBOOK_TC_STEPS(128, 32)
+  ATTNBOOK_TC_CONFIG(5, 64, 64, 8)   // Br = 128 for the tile sweep
+  ATTNBOOK_TC_CONFIG(5, 128, 64, 4)
+  ATTNBOOK_TC_CONFIG(5, 128, 32, 8)
+#undef ATTNBOOK_TC_STEPS
+#undef ATTNBOOK_TC_CONFIG
+  return false;
+}

@@ -1,0 +1,171 @@
+"""Chapter 8's tensor-core kernels (``kernels/flash_tc.cu`` and its ``flash_tc_*.cuh``
+steps) as the registered op ``torch.ops.attnbook.flash_tc_forward``, and their Python
+entry point for float16 and bfloat16 inputs."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from ..reference.checks import HALF_PRECISION, attention_args
+from ..toolchain.compile import package_module
+from .wrappers import ATTENTION_CPP
+
+__all__ = ["flash_attention_tc", "flash_tc_forward", "tc_forward", "TC_STEPS", "TC_HEAD_DIMS",
+           "TC_TILES", "TC_SWEEP", "EXTENSIONS"]
+
+# The chapter's steps, each a kernel of kernels/flash_tc*.
+TC_STEPS = {1: "mma.sync", 2: "ldmatrix", 3: "swizzled shared memory",
+            4: "cp.async pipeline", 5: "P in registers"}
+TC_HEAD_DIMS = (64, 128)   # other head dims up to 128 are zero-padded to one of these
+TC_TILES = {64: (64, 64), 128: (64, 32)}   # (Br, Bc) of every step
+# (Br, Bc) compiled for step 5 besides TC_TILES, for the tile sweep.
+TC_SWEEP = {64: ((128, 64),), 128: ((64, 64), (128, 32))}
+
+WRAPPER = ATTENTION_CPP + r"""
+bool flash_tc_forward(bool, int, const void*, const void*, const void*, void*, float*,
+                      const Layout&, const Layout&, const Layout&, int, int, int, int,
+                      int, int, int, int, float, const MaskParams&, cudaStream_t);
+
+// Rows of 16-bit elements that start on 16 bytes: what the kernels' 16-byte copies need.
+static void check_aligned(const at::Tensor& t, const char* name) {
+  bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  for (int d = 0; d < 3; ++d) ok = ok && (t.size(d) <= 1 || t.stride(d) % 8 == 0);
+  TORCH_CHECK(ok, name, " must start on 16 bytes with batch, head and sequence strides ",
+              "that are multiples of 8 elements");
+}
+
+// o: a new contiguous [B, H, Sq, D] of q's dtype; lse: a new float [B, H, Sq].
+std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
+                                at::Tensor bias, at::Tensor lengths, bool causal,
+                                int64_t stride, int64_t window, double scale,
+                                int64_t step, int64_t block_q, int64_t block_k) {
+  const bool bf16 = q.scalar_type() == at::kBFloat16;
+  const auto dtype = bf16 ? at::kBFloat16 : at::kHalf;
+  const Layout lq = layout_of(q, "q", dtype), lk = layout_of(k, "k", dtype),
+               lv = layout_of(v, "v", dtype);
+  const auto [B, H, Hkv, Sq, Sk, D] = attention_shape(q, k, v);
+  TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX,
+              "B·H, Sq and Sk must be below 2^31");
+  TORCH_CHECK(block_q % 16 == 0 && block_q > 0, "block_q must be a multiple of 16");
+  const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
+  attnbook::DeviceGuard guard(q);
+  at::Tensor o = q.new_empty({B, H, Sq, D});
+  at::Tensor lse = q.new_empty({B, H, Sq}, q.options().dtype(at::kFloat));
+  if (o.numel() == 0) return {o, lse.fill_(-INFINITY)};
+  check_aligned(q, "q");
+  check_aligned(k, "k");
+  check_aligned(v, "v");
+  TORCH_CHECK(flash_tc_forward(bf16, int(step), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                               o.data_ptr(), lse.data_ptr<float>(), lq, lk, lv, int(B),
+                               int(H), int(Hkv), int(Sq), int(Sk), int(D), int(block_k),
+                               int(block_q / 16), float(scale), mask, attnbook::stream()),
+              "step ", step, " with head_dim ", D, " and tiles ", block_q, "x", block_k,
+              " is not compiled");
+  attnbook::check_launch();
+  return {o, lse};
+}
+"""
+
+EXTENSIONS = [("flash_tc", "flash_tc.cu", WRAPPER, ["forward"])]
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a contiguous copy if its rows do not start on 16 bytes."""
+    ok = t.data_ptr() % 16 == 0 and all(
+        n <= 1 or s % 8 == 0 for n, s in zip(t.shape[:3], t.stride()[:3]))
+    return t if ok else torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
+
+
+@torch.library.custom_op("attnbook::flash_tc_forward", mutates_args=())
+def flash_tc_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     bias: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor],
+                     causal: bool, stride: int, window: int, scale: float, step: int,
+                     block_q: int, block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step ``step`` of chapter 8 on checked fp16/bf16 inputs (head_dim 64 or 128): o
+    [B, H, Sq, D] in q's dtype and the float32 log-sum-exp [B, H, Sq]. Inputs whose rows
+    do not start on 16 bytes are copied first."""
+    backend = "cuda" if q.device.type == "cuda" else "emulator"
+    module = package_module(*EXTENSIONS[0], backend)
+    none = q.new_empty(0, dtype=torch.float32)
+    return tuple(module.forward(
+        _aligned(q), _aligned(k), _aligned(v), none if bias is None else bias,
+        none if key_lengths is None else key_lengths, causal, stride, window, scale,
+        step, block_q, block_k))
+
+
+@flash_tc_forward.register_fake
+def _(q, k, v, bias, key_lengths, causal, stride, window, scale, step, block_q, block_k):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+def _smem_bytes(step: int, d: int, br: int, bc: int) -> int:
+    """Shared memory of a launch, as the kernels lay it out (flash_tc*.cuh)."""
+    p = 0 if step == 5 else br * bc
+    return 2 * (br * d + (2 if step <= 3 else 4) * bc * d + p)
+
+
+def _check_device(dtype, device: torch.device, step: int, d: int, tiles) -> None:
+    """On a GPU: the instruction, the dtype and the shared memory the launch needs."""
+    if device.type != "cuda":
+        return
+    cap = torch.cuda.get_device_capability(device)
+    name = torch.cuda.get_device_name(device)
+    if cap < (7, 5):
+        raise RuntimeError(f"tensor-core attention needs sm_75 or newer; {name} is "
+                           f"sm_{cap[0]}{cap[1]}: use float32")
+    if dtype == torch.bfloat16 and cap < (8, 0):
+        raise TypeError(f"bfloat16 tensor cores need sm_80 or newer; {name} is "
+                        f"sm_{cap[0]}{cap[1]}: use float16")
+    need = _smem_bytes(step, d, *tiles)
+    have = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+    if need > have:
+        raise ValueError(f"tiles {tiles} at head_dim {d} need {need} bytes of shared "
+                         f"memory; {name} allows {have} per block")
+
+
+def _tiles(step: int, d: int, tiles) -> tuple:
+    if step not in TC_STEPS:
+        raise ValueError(f"step must be one of {tuple(TC_STEPS)}, got {step!r}")
+    if tiles is None:
+        return TC_TILES[d]
+    tiles = tuple(tiles)
+    allowed = (TC_TILES[d],) + (TC_SWEEP[d] if step == 5 else ())
+    if tiles not in allowed:
+        raise ValueError(f"tiles {tiles} are not compiled for step {step} at head_dim "
+                         f"{d}: use one of {allowed}")
+    return tiles
+
+
+def tc_forward(a, step: int = 5, tiles=None):
+    """o [B, H, Sq, D] and lse [B, H, Sq] of step ``step`` on checked half-precision
+    arguments (:class:`~attnbook.reference.checks.AttentionArgs`)."""
+    d = a.q.shape[-1]
+    if d > max(TC_HEAD_DIMS):
+        raise ValueError(f"head_dim {d} is not supported by the tensor-core kernels: at "
+                         f"most {max(TC_HEAD_DIMS)}")
+    dp = min(x for x in TC_HEAD_DIMS if x >= d)
+    tiles = _tiles(step, dp, tiles)
+    _check_device(a.q.dtype, a.q.device, step, dp, tiles)
+    qkv = (a.q, a.k, a.v) if dp == d else (F.pad(t, (0, dp - d)) for t in (a.q, a.k, a.v))
+    o, lse = flash_tc_forward(*qkv, a.bias, a.key_lengths, a.causal, a.stride, a.window,
+                              a.scale, step, *tiles)
+    return (o, lse) if dp == d else (o[..., :d], lse)
+
+
+def flash_attention_tc(q, k, v, attn_mask=None, is_causal=False, scale=None, *,
+                       stride=None, window=None, key_lengths=None, step=5, tiles=None,
+                       return_lse=False):
+    """softmax(q kᵀ · scale + mask) v on tensor cores, for float16 and bfloat16 inputs
+    (bfloat16 needs sm_80 on a GPU; the emulator runs both). Arguments as for
+    :func:`attnbook.attention`; head_dim up to 128 (64 and 128 run as they are, others
+    are zero-padded to the next of them). ``step``: the chapter's kernel, 1–5
+    (:data:`TC_STEPS`); ``tiles`` = (Br, Bc): :data:`TC_TILES` by default, or for step 5
+    one of :data:`TC_SWEEP`. Returns o in q's dtype (and the float32 log-sum-exp if
+    ``return_lse``)."""
+    a = attention_args(q, k, v, attn_mask, 0.0, is_causal, scale, stride=stride,
+                       window=window, key_lengths=key_lengths, dtypes=HALF_PRECISION)
+    o, lse = tc_forward(a, step, tiles)
+    o = a.output(o)
+    return (o, lse.reshape(a.out_shape[:-1])) if return_lse else o
