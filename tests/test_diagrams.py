@@ -37,3 +37,17 @@ def test_diagrams_draw():
     bars = diagrams.occupancy_bars(232, 16384, 64).patches
     assert [b.get_height() for b in bars[:3]] == [4, 4, 4]        # registers, per arch
     matplotlib.pyplot.close("all")
+
+
+def test_tensor_core_diagrams_draw_every_element_once():
+    ax = diagrams.mma_fragments(16)
+    assert len(ax.patches) == 16 * 16 + 16 * 8 + 16 * 8 + 4       # A, B, C and the legend
+    cells = {(p.get_x(), p.get_y()) for p in ax.patches}
+    assert len(cells) == len(ax.patches)                          # no element drawn twice
+    assert len(diagrams.mma_fragments(8).patches) == 16 * 8 + 8 * 8 + 16 * 8 + 2
+    assert len(diagrams.ldmatrix_fragment().patches) == 4 + 4 * 64
+    plain = [[64 * r + 8 * c for c in range(8)] for r in range(8)]
+    swizzled = [[64 * r + 8 * (c ^ r) for c in range(8)] for r in range(8)]
+    texts = [t.get_text() for a in diagrams.bank_groups(plain, swizzled) for t in a.texts]
+    assert any("8-way" in t for t in texts) and any("no conflict" in t for t in texts)
+    matplotlib.pyplot.close("all")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import attnbook as ab
-import ptx_fragments as ptx
+from attnbook.reference import fragments as ptx
 
 HERE = pathlib.Path(__file__).parent / "cuda"
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 1), ("shuffle", 2)]

@@ -7,12 +7,15 @@ or from a chapter's benchmark cell with ``ab.bench.run_or_load(chapter, SUITES[c
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from . import harness as bench
 from ..ops.attention import attention, three_kernels
 from ..ops.decode import choose_num_splits, decode_attention
 from ..ops.flash import FLASH_FP32_SWEEP, flash_attention_fp32
+from ..ops.flash_tc import TC_STEPS, TC_SWEEP, TC_TILES, flash_attention_tc
 from ..ops.gemm import GEMM_STEPS, gemm
 from ..ops.softmax import SOFTMAX_KERNELS, softmax
 
@@ -126,6 +129,42 @@ def chapter07():
     return rows
 
 
+def chapter08():
+    """Every step of the tensor-core kernel against SDPA's backends, side by side: fp16
+    (and bf16 where the GPU has it), D = 64 and 128, causal and not, S = 512 … 16384 with
+    B·H = 16·2048 / S · 8 rows of work (the GPU stays full); then step 5's tile sweep."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    peaks, rows = bench.device_peaks(), []
+    dtypes = [torch.float16] + ([torch.bfloat16] if torch.cuda.is_bf16_supported() else [])
+    for dt, d, causal, S in itertools.product(dtypes, (64, 128), (False, True),
+                                              (512, 1024, 2048, 4096, 8192, 16384)):
+        b, h = max(1, 16 * 2048 // S), 16
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(b, h, S, d, device="cuda", dtype=dt, generator=g)
+                   for _ in range(3))
+        case = dict(S=S, B=b, H=h, D=d, causal=causal, dtype=str(dt)[6:])
+        work = dict(flops=bench.attention_flops(b, h, S, S, d, causal),
+                    bytes=bench.attention_bytes(b, h, S, S, d, itemsize=2), peaks=peaks,
+                    compute="fp16_tflops")
+        fns = {f"step {n}": (lambda n=n: flash_attention_tc(q, k, v, is_causal=causal,
+                                                             step=n)) for n in TC_STEPS}
+        for tiles in TC_SWEEP[d]:
+            fns[f"step 5 {tiles[0]}x{tiles[1]}"] = (
+                lambda t=tiles: flash_attention_tc(q, k, v, is_causal=causal, tiles=t))
+        for name, backend in (("sdpa flash", SDPBackend.FLASH_ATTENTION),
+                              ("sdpa efficient", SDPBackend.EFFICIENT_ATTENTION),
+                              ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION)):
+            def run(backend=backend):
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            fns[name] = run
+        rows += [bench.measure(name, fn, case, **work) for name, fn in fns.items()]
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows
+
+
 # Chapter 9's decode shape: Llama-style grouped heads (32 query heads, 8 kv heads), fp16.
 DECODE_H, DECODE_HKV, DECODE_D = 32, 8, 128
 
@@ -185,7 +224,7 @@ def chapter09():
 
 
 SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05, "07": chapter07,
-          "09": chapter09}
+          "08": chapter08, "09": chapter09}
 
 
 def main(chapters):

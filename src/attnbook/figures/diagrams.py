@@ -1,15 +1,18 @@
 """Diagrams of how kernels map threads to data: chapter 2's grid over the scores, chapter 4's
-tiles through shared memory, chapter 7's query tiles and K/V stream; a roofline; and the
-occupancy limits of a kernel."""
+tiles through shared memory, chapter 7's query tiles and K/V stream, chapter 8's
+tensor-core fragments and shared-memory banks; a roofline; and the occupancy limits of a
+kernel."""
 from __future__ import annotations
 
 import matplotlib.patches as patches
 import matplotlib.pyplot as plt
 
 from ..bench.harness import PEAKS
+from ..reference import fragments
 from ..toolchain.occupancy import ARCHITECTURES, occupancy
 
-__all__ = ["score_grid", "gemm_tiles", "flash_schedule", "roofline", "occupancy_bars"]
+__all__ = ["score_grid", "gemm_tiles", "flash_schedule", "roofline", "occupancy_bars",
+           "mma_fragments", "ldmatrix_fragment", "bank_groups"]
 
 BLUE, ORANGE, GREEN, GREY = "#4c72b0", "#dd8452", "#55a868", "#d0d0d0"
 
@@ -18,7 +21,8 @@ def _box(ax, x, y, w, h, color, label=None, alpha=1.0, **text):
     ax.add_patch(patches.Rectangle((x, y), w, h, facecolor=color, edgecolor="black",
                                    linewidth=0.6, alpha=alpha))
     if label:
-        ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=8, **text)
+        ax.text(x + w / 2, y + h / 2, label, ha="center", va="center",
+                **{"fontsize": 8, **text})
 
 
 def _frame(ax, w, h, title, top=-1.5):
@@ -165,3 +169,79 @@ def occupancy_bars(registers, shared_bytes, threads, ax=None):
            title=f"{threads} threads, {registers} registers, {shared_bytes} B shared")
     ax.legend(fontsize=7)
     return ax
+
+
+REGISTER_COLORS = [BLUE, ORANGE, GREEN, "#8172b3"]
+
+
+def _fragment(ax, rows, cols, where, elements, title, x0=0):
+    """A rows x cols matrix whose cell (r, c) shows the lane holding it, coloured by the
+    register: ``where(lane, i)`` gives element i's (row, col), ``elements`` per lane."""
+    for lane in range(32):
+        for i in range(elements):
+            r, c = where(lane, i)
+            _box(ax, x0 + c, r, 1, 1, REGISTER_COLORS[i // 2], str(lane), alpha=0.55,
+                 fontsize=6)
+    ax.text(x0 + cols / 2, -0.6, title, ha="center", fontsize=8)
+
+
+def mma_fragments(k=16, ax=None):
+    """Which lane holds which element of A (16 x k), B (k x 8) and C (16 x 8) for
+    mma.sync m16n8k{k}: each cell names its lane, the colour its register."""
+    ax = ax or plt.subplots(figsize=(11, 4.2))[1]
+    a = fragments.a_m16n8k16 if k == 16 else fragments.a_m16n8k8
+    b = fragments.b_m16n8k16 if k == 16 else fragments.b_m16n8k8
+    _fragment(ax, 16, k, a, k // 2, f"A (16 × {k}): {k // 4} registers a lane")
+    _fragment(ax, k, 8, b, k // 4, f"B ({k} × 8): {k // 8} register{'s' * (k > 8)}",
+              x0=k + 2)
+    _fragment(ax, 16, 8, fragments.c_m16n8, 4, "C, D (16 × 8): 4 floats", x0=k + 12)
+    for i, color in enumerate(REGISTER_COLORS[:k // 4]):
+        _box(ax, 2 + 5 * i, 17, 1, 1, color, alpha=0.55)
+        ax.text(3.3 + 5 * i, 17.5, f"register {i}", fontsize=7, va="center")
+    _frame(ax, k + 20, 18, f"mma.sync.m16n8k{k}: the lane of each element "
+           "(colour: A's and B's register; C's element pair)", top=-1.2)
+    return ax
+
+
+def ldmatrix_fragment(ax=None):
+    """ldmatrix.x4: lanes 8m..8m+7 give the addresses of matrix m's rows; every lane gets
+    two elements of each matrix, in the A-fragment layout of mma.sync."""
+    ax = ax or plt.subplots(figsize=(9, 4.5))[1]
+    for m in range(4):
+        r0, c0 = 8 * (m % 2), 8 * (m // 2)
+        _box(ax, -3 if m < 2 else 16.4, r0 + 0.1, 2.6, 7.8, REGISTER_COLORS[m],
+             f"lanes\n{8 * m}–{8 * m + 7}:\nrow\naddresses", alpha=0.35, fontsize=6)
+        for lane in range(32):
+            for i in range(2):
+                r, c = fragments.ldmatrix(lane, i)
+                _box(ax, c0 + c, r0 + r, 1, 1, REGISTER_COLORS[m], str(lane), alpha=0.55,
+                     fontsize=6)
+    ax.text(8, 17.2, "matrix m lands in register m of every lane: the A operand of "
+            "m16n8k16 in one instruction", ha="center", fontsize=8)
+    _frame(ax, 16, 17.5, "ldmatrix.sync.aligned.m8n8.x4: a 16 × 16 tile of 16-bit "
+           "elements, the lane receiving each", top=-1.2)
+    ax.set_xlim(-3.5, 19.5)
+    return ax
+
+
+def bank_groups(offsets, swizzled, ax=None):
+    """Where the first eight 16-byte chunks of rows 0–7 of a tile of 16-bit elements land
+    among the 8 bank groups of a 128-byte line (banks 4g..4g+3), given the element offsets
+    of chunk starts ``offsets[row][chunk]``, unswizzled and ``swizzled`` (rows of 64 or
+    more elements). Chunk 0 of each row, the column one ldmatrix reads, is coloured."""
+    axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 3.6))[1]
+    for a, offs, title in ((axes[0], offsets, "row-major"),
+                           (axes[1], swizzled, "swizzled: chunk c ^ (row % 8)")):
+        hits = [0] * 8
+        for r in range(8):
+            for c, off in enumerate(offs[r][:8]):
+                group = 2 * off % 128 // 16
+                _box(a, group, r, 1, 1, ORANGE if c == 0 else GREY, f"r{r} c{c}",
+                     alpha=0.8 if c == 0 else 0.35, fontsize=6)
+                hits[group] += c == 0
+        ways = max(hits)
+        a.text(4, 8.7, f"chunk 0 of rows 0–7: {ways}-way bank conflict" if ways > 1
+               else "chunk 0 of rows 0–7: 8 different bank groups, no conflict",
+               ha="center", fontsize=8)
+        _frame(a, 8, 9.2, f"{title} (x: bank group of 4 banks)")
+    return axes

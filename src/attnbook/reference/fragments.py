@@ -1,10 +1,13 @@
 """Per-lane fragment layouts of mma.sync and ldmatrix, transcribed from the PTX ISA tables
 ("Matrix Fragments for mma.m16n8k16 / mma.m16n8k8 with floating point type", "ldmatrix").
 
-Each function maps (lane, element index) to (row, col) of the matrix, in the ISA's own terms:
-groupID = lane >> 2, threadID_in_group = lane % 4; element a_i lives in register i // 2,
-even i in the low 16 bits.
+Each function maps (lane, element index) to (row, col) of the matrix, in the ISA's own
+terms: groupID = lane >> 2, threadID_in_group = lane % 4; element a_i lives in register
+i // 2, even i in the low 16 bits. The emulator's tensor-core instructions are tested
+against these tables, and chapter 8's figures are drawn from them.
 """
+
+__all__ = ["a_m16n8k16", "b_m16n8k16", "a_m16n8k8", "b_m16n8k8", "c_m16n8", "ldmatrix"]
 
 
 def a_m16n8k16(lane, i):
