@@ -62,6 +62,20 @@ __global__ void online_row(const float* s, const float* v, float* o, int R, int 
   for (int d = 0; d < D; ++d) o[(size_t)r * D + d] = acc[d] / l;
 }
 """,
+    "fragment_row_max": r"""
+__global__ void fragment_row_max(const float* x, float* out) {
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  const float* tile = x + blockIdx.x * 128;
+  float c[4];
+  for (int i = 0; i < 4; ++i) c[i] = tile[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2];
+  for (int r = 0; r < 2; ++r) {
+    float m = fmaxf(c[2 * r], c[2 * r + 1]);
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    if (t == 0) out[blockIdx.x * 16 + g + 8 * r] = m;
+  }
+}
+""",
 }
 
 # (what is wrong, the text change that plants it, what the report must say)
@@ -83,4 +97,7 @@ PLANTED = {
                       "Sq = 3, Sk = 10"),
     "online_row": ("the paper's inverted rescaling", ("expf(m - m_new), p",
                                                        "expf(m_new - m), p"), "R = 1"),
+    "fragment_row_max": ("the second shuffle crosses into the next row group",
+                         ("__shfl_xor_sync(0xffffffffu, m, 2)",
+                          "__shfl_xor_sync(0xffffffffu, m, 4)"), "T = 1"),
 }

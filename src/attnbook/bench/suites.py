@@ -136,7 +136,8 @@ def chapter08():
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
     peaks, rows = bench.device_peaks(), []
-    dtypes = [torch.float16] + ([torch.bfloat16] if torch.cuda.is_bf16_supported() else [])
+    bf16 = torch.cuda.get_device_capability() >= (8, 0)
+    dtypes = [torch.float16] + ([torch.bfloat16] if bf16 else [])
     for dt, d, causal, S in itertools.product(dtypes, (64, 128), (False, True),
                                               (512, 1024, 2048, 4096, 8192, 16384)):
         b, h = max(1, 16 * 2048 // S), 16

@@ -1,4 +1,4 @@
-"""The exercises of chapters 2–5 and 7: what the reader writes, and how it is called and
+"""The exercises of chapters 2–5, 7 and 8: what the reader writes, and how it is called and
 checked. Outputs start as NaN, so a value the kernel never writes shows as wrong."""
 from __future__ import annotations
 
@@ -213,5 +213,45 @@ at::Tensor online_row_of(at::Tensor s, at::Tensor v) {
     rtol=1e-4, atol=1e-5,
 )
 
+# ---- chapter 8: a row reduction on an mma.sync accumulator fragment ----------------
+FRAGMENT_ROW_MAX = Exercise(
+    chapter="08",
+    skeleton=r"""
+// x holds T tiles of 16 x 8 floats; one warp per tile. Lane (g = lane / 4,
+// t = lane % 4) holds the accumulator fragment of mma.sync:
+// c[i] = tile[g + 8·(i / 2)][2t + i % 2].
+// Write out[tile][row], the max of each of the 16 rows, from the fragments and warp
+// shuffles alone (no shared memory); the lanes with t == 0 write.
+__global__ void fragment_row_max(const float* x, float* out) {
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  const float* tile = x + blockIdx.x * 128;
+  float c[4];
+  for (int i = 0; i < 4; ++i) c[i] = tile[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2];
+  // TODO: the max of rows g and g + 8 over the four lanes that hold them
+}
+""",
+    launcher=r"""
+void launch_fragment_row_max(const float* x, float* out, int tiles, cudaStream_t stream) {
+  fragment_row_max<<<tiles, 32, 0, stream>>>(x, out);
+}
+""",
+    wrapper=r"""
+void launch_fragment_row_max(const float*, float*, int, cudaStream_t);
+at::Tensor fragment_row_max_of(at::Tensor x) {
+  attnbook::check_tensor(x, "x", at::kFloat);
+  TORCH_CHECK(x.dim() == 3 && x.size(1) == 16 && x.size(2) == 8, "x must be [T, 16, 8]");
+  at::Tensor out = x.new_full({x.size(0), 16}, NAN);
+  launch_fragment_row_max(x.data_ptr<float>(), out.data_ptr<float>(), int(x.size(0)),
+                          attnbook::stream());
+  attnbook::check_launch();
+  return out;
+}
+""",
+    function="fragment_row_max_of",
+    cases=lambda: [(f"T = {n}", [_randn(n, 16, 8, seed=n) * 10]) for n in (1, 3, 40)],
+    reference=lambda x: x.amax(-1),
+)
+
 EXERCISES = {"relu_grid_stride": RELU, "row_max": ROW_MAX, "transpose_tile": TRANSPOSE,
-             "causal_window": WINDOW, "online_row": ONLINE_ROW}
+             "causal_window": WINDOW, "online_row": ONLINE_ROW,
+             "fragment_row_max": FRAGMENT_ROW_MAX}

@@ -94,7 +94,9 @@ __device__ __forceinline__ void scale_and_mask(float (&s)[NB][4], bool unmasked,
                                                int row0, int j0, int Sq, int Sk,
                                                float scale, int lane) {
   const float unit = Exp2 ? kLog2e : 1.f;
+#pragma unroll
   for (int n = 0; n < NB; ++n)
+#pragma unroll
     for (int i = 0; i < 4; ++i) {
       if (unmasked) {
         s[n][i] *= scale * unit;
@@ -121,8 +123,10 @@ __device__ __forceinline__ float exp_(float x) {
 template <int NB, int ND, bool Exp2>
 __device__ __forceinline__ void online_softmax(float (&s)[NB][4], float (&acc)[ND][4],
                                                float (&m)[2], float (&l)[2]) {
+#pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = m[r];
+#pragma unroll
     for (int n = 0; n < NB; ++n)
       mx = max_nan(mx, max_nan(s[n][2 * r], s[n][2 * r + 1]));
     mx = max_nan(mx, __shfl_xor_sync(kFullWarp, mx, 1));
@@ -130,12 +134,15 @@ __device__ __forceinline__ void online_softmax(float (&s)[NB][4], float (&acc)[N
     const float base = mx == -INFINITY ? 0.f : mx;   // exp(-inf − base) = 0, not NaN
     const float alpha = exp_<Exp2>(m[r] - base);
     float sum = 0.f;
+#pragma unroll
     for (int n = 0; n < NB; ++n)
+#pragma unroll
       for (int i = 2 * r; i < 2 * r + 2; ++i) {
         s[n][i] = exp_<Exp2>(s[n][i] - base);
         sum += s[n][i];
       }
     l[r] = l[r] * alpha + sum;
+#pragma unroll
     for (int d = 0; d < ND; ++d) {
       acc[d][2 * r] *= alpha;
       acc[d][2 * r + 1] *= alpha;
@@ -148,7 +155,9 @@ __device__ __forceinline__ void online_softmax(float (&s)[NB][4], float (&acc)[N
 template <class T, int Bc, bool Swizzle, int NB>
 __device__ __forceinline__ void store_p(uint16_t* p, const float (&s)[NB][4],
                                         int lane) {
+#pragma unroll
   for (int n = 0; n < NB; ++n)
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = lane / 4 + 8 * r, col = 8 * n + 2 * (lane % 4);
       const int off = tile_offset<Bc, Swizzle>(row, col);
@@ -165,6 +174,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[ND][4],
                                            T* o, float* lse, int row0, int Sq,
                                            int lane) {
   constexpr int D = 8 * ND;
+#pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = l[r];
     sum += __shfl_xor_sync(kFullWarp, sum, 1);
@@ -172,6 +182,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[ND][4],
     const int row = row0 + lane / 4 + 8 * r;
     if (row >= Sq) continue;
     const float inv = sum == 0.f ? 0.f : 1.f / sum;
+#pragma unroll
     for (int d = 0; d < ND; ++d) {
       const float x = sum == 0.f ? 0.f : acc[d][2 * r] * inv;
       const float y = sum == 0.f ? 0.f : acc[d][2 * r + 1] * inv;

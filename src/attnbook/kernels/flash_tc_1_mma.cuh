@@ -34,6 +34,7 @@ struct LaneFragments {
   static __device__ void load_b_rows(uint32_t* b, const uint16_t* s, int n0, int k0,
                                       int lane) {
     const int g = lane / 4, t = lane % 4;
+#pragma unroll
     for (int j = 0; j < 2; ++j) {
       b[2 * j] = at<W>(s, n0 + 8 * j + g, k0 + 2 * t);
       b[2 * j + 1] = at<W>(s, n0 + 8 * j + g, k0 + 8 + 2 * t);
@@ -45,6 +46,7 @@ struct LaneFragments {
   static __device__ void load_b_cols(uint32_t* b, const uint16_t* s, int k0, int n0,
                                       int lane) {
     const int g = lane / 4, t = lane % 4;
+#pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int k = k0 + 2 * t + 8 * (j % 2), n = n0 + 8 * (j / 2) + g;
       b[j] = s[tile_offset<W, false>(k, n)] |
@@ -57,11 +59,15 @@ struct LaneFragments {
 template <class T, int D, int Bc, class F>
 __device__ __forceinline__ void warp_scores(float (&s)[Bc / 8][4], const uint16_t* Qs,
                                             const uint16_t* Ks, int q0, int lane) {
+#pragma unroll
   for (int n = 0; n < Bc / 8; ++n)
+#pragma unroll
     for (int i = 0; i < 4; ++i) s[n][i] = 0.f;
+#pragma unroll
   for (int k0 = 0; k0 < D; k0 += 16) {
     uint32_t a[4];
     F::template load_a<D>(a, Qs, q0, k0, lane);
+#pragma unroll
     for (int n0 = 0; n0 < Bc; n0 += 16) {
       uint32_t b[4];
       F::template load_b_rows<D>(b, Ks, n0, k0, lane);
@@ -75,9 +81,11 @@ __device__ __forceinline__ void warp_scores(float (&s)[Bc / 8][4], const uint16_
 template <class T, int D, int Bc, class F>
 __device__ __forceinline__ void warp_pv(float (&acc)[D / 8][4], const uint16_t* Ps,
                                         const uint16_t* Vs, int lane) {
+#pragma unroll
   for (int k0 = 0; k0 < Bc; k0 += 16) {
     uint32_t a[4];
     F::template load_a<Bc>(a, Ps, 0, k0, lane);
+#pragma unroll
     for (int n0 = 0; n0 < D; n0 += 16) {
       uint32_t b[4];
       F::template load_b_cols<D>(b, Vs, k0, n0, lane);

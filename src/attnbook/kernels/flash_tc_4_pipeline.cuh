@@ -34,10 +34,10 @@ __global__ void __launch_bounds__(32 * Warps)
   using F = LdmatrixFragments<true>;
   constexpr int Br = 16 * Warps, Threads = 32 * Warps;
   extern __shared__ __align__(128) uint16_t smem[];
-  uint16_t* Qs = smem;
-  uint16_t* Ks[2] = {Qs + Br * D, Qs + Br * D + Bc * D};
-  uint16_t* Vs[2] = {Ks[1] + Bc * D, Ks[1] + 2 * Bc * D};
-  uint16_t* Ps = Vs[1] + Bc * D;   // used unless PInRegisters
+  // Buffer i of K is Ks + i·tile (an array of two pointers, indexed at run time, would
+  // live in local memory).
+  constexpr int tile = Bc * D;
+  uint16_t *Qs = smem, *Ks = Qs + Br * D, *Vs = Ks + 2 * tile, *Ps = Vs + 2 * tile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int bh = bh0 + blockIdx.y, b = bh / H, h = bh % H, hk = h / (H / Hkv);
   const int row_lo = blockIdx.x * Br, row_hi = min(Sq, row_lo + Br) - 1;
@@ -50,9 +50,9 @@ __global__ void __launch_bounds__(32 * Warps)
   load_tile<Br, D, true, Threads, true>(Qs, q + b * lq.b + h * lq.h + row_lo * lq.s,
                                         lq.s, Sq - row_lo);
   if (kv_begin < kv_end) {
-    load_tile<Bc, D, true, Threads, true>(Ks[0], kb + kv_begin * lk.s, lk.s,
+    load_tile<Bc, D, true, Threads, true>(Ks, kb + kv_begin * lk.s, lk.s,
                                           kv_end - kv_begin);
-    load_tile<Bc, D, true, Threads, true>(Vs[0], vb + kv_begin * lv.s, lv.s,
+    load_tile<Bc, D, true, Threads, true>(Vs, vb + kv_begin * lv.s, lv.s,
                                           kv_end - kv_begin);
   }
   cp_async_commit();
@@ -61,30 +61,31 @@ __global__ void __launch_bounds__(32 * Warps)
   for (int j0 = kv_begin, it = 0; j0 < kv_end; j0 += Bc, ++it) {
     const int buf = it % 2, next = j0 + Bc;
     if (next < kv_end) {   // prefetch tile it + 1 into the buffer tile it - 1 used
-      load_tile<Bc, D, true, Threads, true>(Ks[1 - buf], kb + next * lk.s, lk.s,
-                                            kv_end - next);
-      load_tile<Bc, D, true, Threads, true>(Vs[1 - buf], vb + next * lv.s, lv.s,
-                                            kv_end - next);
+      uint16_t *Kn = Ks + (1 - buf) * tile, *Vn = Vs + (1 - buf) * tile;
+      load_tile<Bc, D, true, Threads, true>(Kn, kb + next * lk.s, lk.s, kv_end - next);
+      load_tile<Bc, D, true, Threads, true>(Vn, vb + next * lv.s, lv.s, kv_end - next);
     }
     cp_async_commit();      // possibly empty: the group count stays regular
     cp_async_wait<1>();     // every group but the newest (tile it + 1) has landed
     __syncthreads();        // ... for every thread's copies
 
     float s[Bc / 8][4];
-    warp_scores<T, D, Bc, F>(s, Qs, Ks[buf], 16 * warp, lane);
+    warp_scores<T, D, Bc, F>(s, Qs, Ks + buf * tile, 16 * warp, lane);
     const bool unmasked = tile_unmasked(mask, b, row_lo, row_hi, j0, j0 + Bc, Sq, Sk);
     scale_and_mask<Bc / 8, PInRegisters>(s, unmasked, mask, b, h, row_lo + 16 * warp,
                                          j0, Sq, Sk, scale, lane);
     online_softmax<Bc / 8, D / 8, PInRegisters>(s, acc, m, l);
     if constexpr (PInRegisters) {
+#pragma unroll
       for (int k0 = 0; k0 < Bc; k0 += 16) {
         const float* lo = s[k0 / 8];
         const float* hi = s[k0 / 8 + 1];
         const uint32_t a[4] = {pack2<T>(lo[0], lo[1]), pack2<T>(lo[2], lo[3]),
                                pack2<T>(hi[0], hi[1]), pack2<T>(hi[2], hi[3])};
+#pragma unroll
         for (int n0 = 0; n0 < D; n0 += 16) {
           uint32_t bf[4];
-          F::load_b_cols<D>(bf, Vs[buf], k0, n0, lane);
+          F::load_b_cols<D>(bf, Vs + buf * tile, k0, n0, lane);
           mma16816<T>(acc[n0 / 8], a, bf);
           mma16816<T>(acc[n0 / 8 + 1], a, bf + 2);
         }
@@ -93,7 +94,7 @@ __global__ void __launch_bounds__(32 * Warps)
       uint16_t* Pw = Ps + 16 * warp * Bc;
       store_p<T, Bc, true>(Pw, s, lane);
       __syncwarp();   // P is read back by other lanes of the warp
-      warp_pv<T, D, Bc, F>(acc, Pw, Vs[buf], lane);
+      warp_pv<T, D, Bc, F>(acc, Pw, Vs + buf * tile, lane);
     }
     __syncthreads();   // every warp is done with buf (and P) before it is refilled
   }
