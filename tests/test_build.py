@@ -64,10 +64,19 @@ def test_unterminated_launch_is_a_compile_error():
 def test_compile_error_is_short_and_points_at_the_line():
     src = "__global__ void k(float* x) {\n  x[0] = 1.f;\n  y[0] = 2.f;\n}\n"
     with pytest.raises(ab.CompileError) as e:
-        ab.compile("typo", src, "", ["k"], backend="emulator")
+        ab.compile("typo", src, "", ["k_of"], backend="emulator")
     msg = str(e.value)
     assert "cell.cu:3" in msg and "was not declared" in msg and "3 | y[0] = 2.f;" in msg
     assert len(msg.splitlines()) < 15
+
+
+def test_a_wrapper_named_like_a_kernel_is_a_clear_error():
+    """The emulator compiles both in one translation unit, where pybind then sees an
+    overload set: say so instead of a template error."""
+    src = "__global__ void __launch_bounds__(32) scale(float* x) { x[0] *= 2.f; }\n"
+    with pytest.raises(ab.CompileError, match="'scale' has the name of a kernel"):
+        ab.compile("clash", src, "at::Tensor scale(at::Tensor x) { return x; }",
+                   ["scale"], backend="emulator")
 
 
 def test_bad_arguments():

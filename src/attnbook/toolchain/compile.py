@@ -108,6 +108,11 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"extension name must be an ASCII identifier, got {name!r}")
     functions = [functions] if isinstance(functions, str) else list(functions)
+    for fn in functions:   # on the emulator both share one translation unit
+        bounds = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+        if re.search(rf"__global__\s+{bounds}void\s+{bounds}{fn}\s*\(", cuda):
+            raise CompileError(f"the wrapper function {fn!r} has the name of a kernel in "
+                               f"the CUDA source: give it another name ({fn}_of, say)")
     src_name = _source_name(cuda)
     header = '#include "attnbook_torch.h"\n'
     wrapper_text = f'#line 1 "wrapper"\n{wrapper}\n'
