@@ -62,6 +62,38 @@ __global__ void online_row(const float* s, const float* v, float* o, int R, int 
   for (int d = 0; d < D; ++d) o[(size_t)r * D + d] = acc[d] / l;
 }
 """,
+    "row_logsumexp": r"""
+__global__ void row_logsumexp(const float* x, float* lse, int R, int n) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= R) return;
+  const float* xr = x + (size_t)r * n;
+  float m = -INFINITY, l = 0.f;
+  for (int j = 0; j < n; ++j) {
+    if (xr[j] == -INFINITY) continue;   // exp(-inf - m) = 0, even when m = -inf
+    const float m_new = fmaxf(m, xr[j]);
+    l = l * expf(m - m_new) + expf(xr[j] - m_new);
+    m = m_new;
+  }
+  lse[r] = l == 0.f ? -INFINITY : m + logf(l);
+}
+""",
+    "combine_splits": r"""
+__global__ void combine_splits(const float* o, const float* lse, float* out, int S,
+                               int D) {
+  const int r = blockIdx.x, d = threadIdx.x;
+  const float* lr = lse + (size_t)r * S;
+  float m = -INFINITY;
+  for (int s = 0; s < S; ++s) m = fmaxf(m, lr[s]);
+  float l = 0.f, acc = 0.f;
+  if (m != -INFINITY)
+    for (int s = 0; s < S; ++s) {
+      const float w = expf(lr[s] - m);
+      l += w;
+      acc += w * o[((size_t)r * S + s) * D + d];
+    }
+  out[(size_t)r * D + d] = l == 0.f ? 0.f : acc / l;
+}
+""",
     "fragment_row_max": r"""
 __global__ void fragment_row_max(const float* x, float* out) {
   const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
@@ -97,6 +129,11 @@ PLANTED = {
                       "Sq = 3, Sk = 10"),
     "online_row": ("the paper's inverted rescaling", ("expf(m - m_new), p",
                                                        "expf(m_new - m), p"), "R = 1"),
+    "row_logsumexp": ("no guard for a row of -inf",
+                      ("    if (xr[j] == -INFINITY) continue;   // exp(-inf - m) = 0, even "
+                       "when m = -inf\n", ""), "n = 1"),
+    "combine_splits": ("empty splits not guarded",
+                       ("  if (m != -INFINITY)\n", ""), "R = 2, S = 1"),
     "fragment_row_max": ("the second shuffle crosses into the next row group",
                          ("__shfl_xor_sync(0xffffffffu, m, 2)",
                           "__shfl_xor_sync(0xffffffffu, m, 4)"), "T = 1"),

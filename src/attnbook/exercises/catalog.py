@@ -1,4 +1,4 @@
-"""The exercises of chapters 2–5, 7 and 8: what the reader writes, and how it is called and
+"""The exercises of chapters 2–9: what the reader writes, and how it is called and
 checked. Outputs start as NaN, so a value the kernel never writes shows as wrong."""
 from __future__ import annotations
 
@@ -252,6 +252,109 @@ at::Tensor fragment_row_max_of(at::Tensor x) {
     reference=lambda x: x.amax(-1),
 )
 
+# ---- chapter 6: the log-sum-exp, online ---------------------------------------------
+def _lse_rows(n, seed):
+    x = _randn(4, n, seed=seed) * 20
+    x[1] = float("-inf")                    # a row with no admissible key
+    x[2, ::2] = float("-inf")               # masked keys among the others
+    return x
+
+
+ROW_LOGSUMEXP = Exercise(
+    chapter="06",
+    skeleton=r"""
+// lse[r] = log Σ_j exp(x[r][j]) for x [R, n], in one pass per row (one thread per row):
+// keep the running max m and the running sum l of exp(x − m), rescaling l when the max
+// grows. A row of -inf (no admissible key) has lse = -inf, not NaN.
+__global__ void row_logsumexp(const float* x, float* lse, int R, int n) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= R) return;
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_row_logsumexp(const float* x, float* lse, int R, int n, cudaStream_t stream) {
+  row_logsumexp<<<(R + 63) / 64, 64, 0, stream>>>(x, lse, R, n);
+}
+""",
+    wrapper=r"""
+void launch_row_logsumexp(const float*, float*, int, int, cudaStream_t);
+at::Tensor row_logsumexp_of(at::Tensor x) {
+  attnbook::check_tensor(x, "x", at::kFloat);
+  TORCH_CHECK(x.dim() == 2, "x must be [R, n]");
+  at::Tensor lse = x.new_full({x.size(0)}, NAN);
+  launch_row_logsumexp(x.data_ptr<float>(), lse.data_ptr<float>(), int(x.size(0)),
+                       int(x.size(1)), attnbook::stream());
+  attnbook::check_launch();
+  return lse;
+}
+""",
+    function="row_logsumexp_of",
+    cases=lambda: [(f"n = {n}", [_lse_rows(n, n)]) for n in (1, 7, 300)],
+    reference=lambda x: torch.logsumexp(x.double(), -1).float(),
+    rtol=1e-5, atol=1e-5,
+)
+
+
+# ---- chapter 9: merging the partial results of split-K -------------------------------
+def _splits(rows, splits, d, seed):
+    o = _randn(rows, splits, d, seed=seed)
+    lse = _randn(rows, splits, seed=seed + 1) * 10
+    lse[0, 1:] = float("-inf")              # splits that saw no key
+    lse[1] = float("-inf")                  # a row with no key at all
+    return [o, lse]
+
+
+def _merge_reference(o, lse):
+    total = torch.logsumexp(lse.double(), -1, keepdim=True)
+    w = torch.exp(lse.double() - total).nan_to_num(0.0)
+    return (w[..., None] * o.double()).sum(1).float()
+
+
+COMBINE_SPLITS = Exercise(
+    chapter="09",
+    skeleton=r"""
+// Row r's keys were split into S parts; part s gave o[r][s] (D values, normalised within
+// the part) and its log-sum-exp lse[r][s] (-inf: the part had no admissible key). Write
+// out[r] = Σ_s exp(lse[r][s] − L) o[r][s] with L = log Σ_s exp(lse[r][s]); a row whose
+// parts are all empty is 0. One thread per (row, d): threadIdx.x = d, blockIdx.x = r.
+__global__ void combine_splits(const float* o, const float* lse, float* out, int S,
+                               int D) {
+  const int r = blockIdx.x, d = threadIdx.x;
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_combine_splits(const float* o, const float* lse, float* out, int R, int S,
+                           int D, cudaStream_t stream) {
+  combine_splits<<<R, D, 0, stream>>>(o, lse, out, S, D);
+}
+""",
+    wrapper=r"""
+void launch_combine_splits(const float*, const float*, float*, int, int, int,
+                           cudaStream_t);
+at::Tensor combine_splits_of(at::Tensor o, at::Tensor lse) {
+  attnbook::check_tensor(o, "o", at::kFloat);
+  attnbook::check_tensor(lse, "lse", at::kFloat);
+  TORCH_CHECK(o.dim() == 3 && lse.dim() == 2 && lse.size(0) == o.size(0) &&
+                  lse.size(1) == o.size(1) && o.size(2) <= 1024,
+              "o must be [R, S, D] (D <= 1024) and lse [R, S]");
+  at::Tensor out = o.new_full({o.size(0), o.size(2)}, NAN);
+  launch_combine_splits(o.data_ptr<float>(), lse.data_ptr<float>(),
+                        out.data_ptr<float>(), int(o.size(0)), int(o.size(1)),
+                        int(o.size(2)), attnbook::stream());
+  attnbook::check_launch();
+  return out;
+}
+""",
+    function="combine_splits_of",
+    cases=lambda: [(f"R = {r}, S = {sp}, D = {d}", _splits(r, sp, d, seed=sp))
+                   for r, sp, d in ((2, 1, 1), (3, 4, 32), (9, 16, 128))],
+    reference=_merge_reference,
+    rtol=1e-5, atol=1e-5,
+)
+
 EXERCISES = {"relu_grid_stride": RELU, "row_max": ROW_MAX, "transpose_tile": TRANSPOSE,
              "causal_window": WINDOW, "online_row": ONLINE_ROW,
-             "fragment_row_max": FRAGMENT_ROW_MAX}
+             "row_logsumexp": ROW_LOGSUMEXP, "fragment_row_max": FRAGMENT_ROW_MAX,
+             "combine_splits": COMBINE_SPLITS}

@@ -7,6 +7,7 @@
 //   4 cp.async double buffering of K and V                    (flash_tc_4_pipeline)
 //   5 P kept in registers, exp2 with the scale folded in      (flash_tc_4_pipeline)
 #include <algorithm>
+#include <type_traits>
 
 #include "flash_tc_4_pipeline.cuh"
 
@@ -34,15 +35,37 @@ constexpr int tc_smem_bytes() {
     return pipeline_bytes<D, Bc, Warps, Step == 5>();
 }
 
+// What flash_tc_forward reports: launched, or why not.
+enum TcStatus { kTcLaunched = 0, kTcNotCompiled, kTcArch, kTcSharedMemory };
+
+// The GPU can run this launch: mma.sync m16n8k8 needs sm_75, bf16 operands sm_80, and
+// the shared memory must fit (the opt-in fails past the device's per-block limit).
+template <class T>
+static TcStatus check_device(const void* kernel, int bytes) {
+#if !defined(ATTNBOOK_EMULATOR)
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  const int cc = 10 * major + minor;
+  if (cc < 75 || (std::is_same_v<T, __nv_bfloat16> && cc < 80)) return kTcArch;
+#endif
+  const auto attr = cudaFuncAttributeMaxDynamicSharedMemorySize;
+  if (bytes > 48 * 1024 &&   // past 48 KB a kernel must opt in
+      cudaFuncSetAttribute(kernel, attr, bytes) != cudaSuccess)
+    return kTcSharedMemory;
+  return kTcLaunched;
+}
+
 template <class T, int D, int Bc, int Warps, int Step>
-static void launch(const void* q, const void* k, const void* v, void* o, float* lse,
-                   const Layout& lq, const Layout& lk, const Layout& lv, int B, int H,
-                   int Hkv, int Sq, int Sk, float scale, const MaskParams& mask,
-                   cudaStream_t stream) {
+static TcStatus launch(const void* q, const void* k, const void* v, void* o, float* lse,
+                       const Layout& lq, const Layout& lk, const Layout& lv, int B,
+                       int H, int Hkv, int Sq, int Sk, float scale,
+                       const MaskParams& mask, cudaStream_t stream) {
   constexpr int Br = 16 * Warps, bytes = tc_smem_bytes<D, Bc, Warps, Step>();
   const auto kernel = tc_kernel<T, D, Bc, Warps, Step>();
-  if (bytes > 48 * 1024)   // past 48 KB a kernel must opt in
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const TcStatus status = check_device<T>(reinterpret_cast<const void*>(kernel), bytes);
+  if (status != kTcLaunched) return status;
   const long long BH = (long long)B * H;
   for (long long bh0 = 0; bh0 < BH; bh0 += 65535) {   // gridDim.y is at most 65535
     const dim3 grid((Sq + Br - 1) / Br, unsigned(std::min(BH - bh0, 65535ll)));
@@ -50,21 +73,21 @@ static void launch(const void* q, const void* k, const void* v, void* o, float* 
         static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
         static_cast<T*>(o), lse, lq, lk, lv, int(bh0), H, Hkv, Sq, Sk, scale, mask);
   }
+  return kTcLaunched;
 }
 
-// bf16: false for fp16. Returns false if (step, D, Bc, Warps) is not compiled.
-bool flash_tc_forward(bool bf16, int step, const void* q, const void* k, const void* v,
-                      void* o, float* lse, const Layout& lq, const Layout& lk,
-                      const Layout& lv, int B, int H, int Hkv, int Sq, int Sk, int D,
-                      int Bc, int Warps, float scale, const MaskParams& mask,
-                      cudaStream_t stream) {
+// bf16: false for fp16. Returns a TcStatus: 0 if launched.
+int flash_tc_forward(bool bf16, int step, const void* q, const void* k, const void* v,
+                     void* o, float* lse, const Layout& lq, const Layout& lk,
+                     const Layout& lv, int B, int H, int Hkv, int Sq, int Sk, int D,
+                     int Bc, int Warps, float scale, const MaskParams& mask,
+                     cudaStream_t stream) {
 #define ATTNBOOK_TC_CONFIG(step_, d, bc, warps)                                      \
-  if (step == step_ && D == d && Bc == bc && Warps == warps) {                      \
-    (bf16 ? launch<__nv_bfloat16, d, bc, warps, step_>                               \
-          : launch<__half, d, bc, warps, step_>)(q, k, v, o, lse, lq, lk, lv, B, H,  \
-                                                 Hkv, Sq, Sk, scale, mask, stream);  \
-    return true;                                                                     \
-  }
+  if (step == step_ && D == d && Bc == bc && Warps == warps)                        \
+    return (bf16 ? launch<__nv_bfloat16, d, bc, warps, step_>                        \
+                 : launch<__half, d, bc, warps, step_>)(q, k, v, o, lse, lq, lk, lv, \
+                                                        B, H, Hkv, Sq, Sk, scale,    \
+                                                        mask, stream);
 #define ATTNBOOK_TC_STEPS(d, bc)                                                     \
   ATTNBOOK_TC_CONFIG(1, d, bc, 4)                                                    \
   ATTNBOOK_TC_CONFIG(2, d, bc, 4)                                                    \
@@ -78,5 +101,5 @@ bool flash_tc_forward(bool bf16, int step, const void* q, const void* k, const v
   ATTNBOOK_TC_CONFIG(5, 128, 32, 8)
 #undef ATTNBOOK_TC_STEPS
 #undef ATTNBOOK_TC_CONFIG
-  return false;
+  return kTcNotCompiled;
 }

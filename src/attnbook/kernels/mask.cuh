@@ -46,6 +46,23 @@ __device__ __forceinline__ void admitted_key_range(const MaskParams& m, int b,
   *end = max(first, last);
 }
 
+// Query rows [*begin, *end) hold every row of batch b that may attend some key of
+// [j0, j1): the backward's key blocks visit only the query tiles in this range.
+__device__ __forceinline__ void admitted_query_range(const MaskParams& m, int b, int j0,
+                                                     int j1, int Sq, int Sk, int* begin,
+                                                     int* end) {
+  const long long off = (long long)Sk - Sq;   // query i sits at position i + off
+  long long first = 0, last = Sq;              // exclusive end
+  if (m.causal) first = max(first, j0 - off);
+  if (m.window > 0) {
+    first = max(first, j0 - m.window + 1 - off);
+    last = min(last, (long long)j1 - 1 + m.window - off);
+  }
+  if (m.key_lengths && j0 >= m.key_lengths[b]) last = 0;
+  *begin = int(min(first, (long long)Sq));
+  *end = int(max((long long)*begin, last));
+}
+
 // True if every query of rows [row_lo, row_hi] may attend every key of [j0, j1) with no
 // additive term: such a tile needs no per-element mask.
 __device__ __forceinline__ bool tile_unmasked(const MaskParams& m, int b, int row_lo,

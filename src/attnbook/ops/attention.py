@@ -15,7 +15,7 @@ import torch
 
 from ..toolchain.compile import package_module
 from ..reference.checks import HALF_PRECISION, INT32_MAX, attention_args
-from .flash import check_flash_config, flash_forward
+from .flash import check_flash_config, check_no_mask_grad, flash_forward
 from .flash_tc import tc_forward
 from .wrappers import ATTENTION_CPP
 
@@ -142,6 +142,7 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
     if a.q.numel() == 0:
         return q.new_zeros(a.out_shape)
     tiles = check_flash_config(a.q.shape[-1])
+    check_no_mask_grad(a)
     o, _ = flash_forward(a.q, a.k, a.v, a.bias, a.key_lengths, a.causal, a.stride, a.window,
                          a.scale, *tiles)
     return a.output(o)

@@ -10,7 +10,7 @@ from ..toolchain.compile import package_module
 from ..reference.checks import attention_args
 from .wrappers import ATTENTION_CPP
 
-__all__ = ["flash_attention_fp32", "flash_forward", "check_flash_config", "WRAPPER", "EXTENSIONS",
+__all__ = ["flash_attention_fp32", "flash_forward", "check_flash_config", "check_no_mask_grad", "WRAPPER", "EXTENSIONS",
            "FLASH_FP32_HEAD_DIMS", "FLASH_FP32_TILES", "FLASH_FP32_SWEEP"]
 
 FLASH_FP32_HEAD_DIMS = (32, 64, 96, 128)
@@ -74,6 +74,15 @@ def _(q, k, v, bias, key_lengths, causal, stride, window, scale, block_q, block_
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1])
 
 
+def check_no_mask_grad(a) -> None:
+    """The backward gives gradients for q, k and v only: a float mask that requires grad
+    is refused, rather than left silently without one."""
+    if a.bias is not None and a.bias.requires_grad and torch.is_grad_enabled():
+        raise NotImplementedError("attn_mask requires grad, but the book's backward pass "
+                                  "computes gradients for q, k and v only: pass "
+                                  "attn_mask.detach()")
+
+
 def check_flash_config(d: int, tiles=FLASH_FP32_TILES) -> tuple:
     """The (Br, Bc) tiles, if the fused kernel is compiled for head_dim ``d`` with them."""
     if d not in FLASH_FP32_HEAD_DIMS:
@@ -99,6 +108,7 @@ def flash_attention_fp32(q, k, v, *, causal=False, scale=None, attn_mask=None, s
     a = attention_args(q, k, v, attn_mask, 0.0, causal, scale, stride=stride, window=window,
                        key_lengths=key_lengths)
     tiles = check_flash_config(a.q.shape[-1], tiles)
+    check_no_mask_grad(a)
     o, lse = flash_forward(a.q, a.k, a.v, a.bias, a.key_lengths, a.causal, a.stride,
                            a.window, a.scale, *tiles)
     o = a.output(o)

@@ -24,9 +24,9 @@ TC_TILES = {64: (64, 64), 128: (64, 32)}   # (Br, Bc) of every step
 TC_SWEEP = {64: ((128, 64),), 128: ((64, 64), (128, 32))}
 
 WRAPPER = ATTENTION_CPP + r"""
-bool flash_tc_forward(bool, int, const void*, const void*, const void*, void*, float*,
-                      const Layout&, const Layout&, const Layout&, int, int, int, int,
-                      int, int, int, int, float, const MaskParams&, cudaStream_t);
+int flash_tc_forward(bool, int, const void*, const void*, const void*, void*, float*,
+                     const Layout&, const Layout&, const Layout&, int, int, int, int,
+                     int, int, int, int, float, const MaskParams&, cudaStream_t);
 
 // Rows of 16-bit elements that start on 16 bytes: what the kernels' 16-byte copies need.
 static void check_aligned(const at::Tensor& t, const char* name) {
@@ -46,8 +46,8 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
   const Layout lq = layout_of(q, "q", dtype), lk = layout_of(k, "k", dtype),
                lv = layout_of(v, "v", dtype);
   const auto [B, H, Hkv, Sq, Sk, D] = attention_shape(q, k, v);
-  TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX,
-              "B·H, Sq and Sk must be below 2^31");
+  TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX - 256 && Sk <= INT32_MAX - 256,
+              "B·H, Sq and Sk must be below 2^31 - 256");
   TORCH_CHECK(block_q % 16 == 0 && block_q > 0, "block_q must be a multiple of 16");
   const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
   attnbook::DeviceGuard guard(q);
@@ -57,12 +57,16 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
   check_aligned(q, "q");
   check_aligned(k, "k");
   check_aligned(v, "v");
-  TORCH_CHECK(flash_tc_forward(bf16, int(step), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                               o.data_ptr(), lse.data_ptr<float>(), lq, lk, lv, int(B),
-                               int(H), int(Hkv), int(Sq), int(Sk), int(D), int(block_k),
-                               int(block_q / 16), float(scale), mask, attnbook::stream()),
-              "step ", step, " with head_dim ", D, " and tiles ", block_q, "x", block_k,
-              " is not compiled");
+  const int status = flash_tc_forward(
+      bf16, int(step), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+      lse.data_ptr<float>(), lq, lk, lv, int(B), int(H), int(Hkv), int(Sq), int(Sk),
+      int(D), int(block_k), int(block_q / 16), float(scale), mask, attnbook::stream());
+  TORCH_CHECK(status != 1, "step ", step, " with head_dim ", D, " and tiles ", block_q,
+              "x", block_k, " is not compiled");
+  TORCH_CHECK(status != 2, "this GPU lacks the tensor cores for ", q.scalar_type(),
+              " (fp16 needs sm_75, bf16 sm_80)");
+  TORCH_CHECK(status != 3, "tiles ", block_q, "x", block_k, " at head_dim ", D,
+              " need more shared memory than this GPU gives a block");
   attnbook::check_launch();
   return {o, lse};
 }
