@@ -94,6 +94,18 @@ __global__ void combine_splits(const float* o, const float* lse, float* out, int
   out[(size_t)r * D + d] = l == 0.f ? 0.f : acc / l;
 }
 """,
+    "softmax_backward": r"""
+__global__ void softmax_backward(const float* p, const float* dp, float* ds, int R,
+                                 int n) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= R) return;
+  const float* pr = p + (size_t)r * n;
+  const float* dpr = dp + (size_t)r * n;
+  float dot = 0.f;
+  for (int j = 0; j < n; ++j) dot += pr[j] * dpr[j];
+  for (int j = 0; j < n; ++j) ds[(size_t)r * n + j] = pr[j] * (dpr[j] - dot);
+}
+""",
     "fragment_row_max": r"""
 __global__ void fragment_row_max(const float* x, float* out) {
   const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
@@ -134,6 +146,8 @@ PLANTED = {
                        "when m = -inf\n", ""), "n = 1"),
     "combine_splits": ("empty splits not guarded",
                        ("  if (m != -INFINITY)\n", ""), "R = 2, S = 1"),
+    "softmax_backward": ("the Jacobian's diagonal term only",
+                         ("pr[j] * (dpr[j] - dot)", "pr[j] * dpr[j]"), "R = 1, n = 1"),
     "fragment_row_max": ("the second shuffle crosses into the next row group",
                          ("__shfl_xor_sync(0xffffffffu, m, 2)",
                           "__shfl_xor_sync(0xffffffffu, m, 4)"), "T = 1"),

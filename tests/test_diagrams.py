@@ -51,3 +51,12 @@ def test_tensor_core_diagrams_draw_every_element_once():
     texts = [t.get_text() for a in diagrams.bank_groups(plain, swizzled) for t in a.texts]
     assert any("8-way" in t for t in texts) and any("no conflict" in t for t in texts)
     matplotlib.pyplot.close("all")
+
+
+def test_backward_schedule_skips_the_masked_tiles():
+    axes = diagrams.backward_schedule(tiles_q=4, tiles_k=5)
+    for a in axes:
+        labels = [t.get_text() for t in a.texts if "," in t.get_text() and
+                  len(t.get_text()) <= 3]
+        assert len(labels) == 4 * 5 - 6                  # 6 tiles above the diagonal
+    matplotlib.pyplot.close("all")

@@ -224,8 +224,40 @@ def chapter09():
     return rows
 
 
+def chapter11():
+    """One backward pass (the forward excluded: its graph is kept and reused) of the
+    book's fp32 kernels against SDPA's backends in fp32, B=4, H=8, D=64, S = 512 … 4096,
+    causal and not, with the peak memory it allocates. FLOPs: 2.5 × the forward's (five
+    matrix products instead of two)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    peaks, rows = bench.device_peaks(), []
+    for causal, S in itertools.product((False, True), (512, 1024, 2048, 4096)):
+        q, k, v = (t.requires_grad_() for t in _qkv(S))
+        do = torch.randn_like(q)
+        case = dict(S=S, B=B, H=H, D=D, causal=causal, dtype="float32")
+        work = dict(flops=2.5 * bench.attention_flops(B, H, S, S, D, causal),
+                    bytes=bench.attention_bytes(B, H, S, S, D) * 2, peaks=peaks)
+        outs = {"attnbook flash": attention(q, k, v, is_causal=causal)}
+        for name, backend in (("sdpa efficient", SDPBackend.EFFICIENT_ATTENTION),
+                              ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION),
+                              ("sdpa math", SDPBackend.MATH)):
+            try:
+                with sdpa_kernel(backend):
+                    outs[name] = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            except RuntimeError as e:
+                rows.append(dict(case, impl=name, ms=None, error=str(e).splitlines()[0]))
+        for name, o in outs.items():
+            rows.append(bench.measure(
+                name, lambda o=o: torch.autograd.grad(o, (q, k, v), do, retain_graph=True),
+                case, **work))
+        del q, k, v, do, outs
+        torch.cuda.empty_cache()
+    return rows
+
+
 SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05, "07": chapter07,
-          "08": chapter08, "09": chapter09}
+          "08": chapter08, "09": chapter09, "11": chapter11}
 
 
 def main(chapters):

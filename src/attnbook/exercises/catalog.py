@@ -1,4 +1,4 @@
-"""The exercises of chapters 2–9: what the reader writes, and how it is called and
+"""The exercises of chapters 2–9 and 11: what the reader writes, and how it is called and
 checked. Outputs start as NaN, so a value the kernel never writes shows as wrong."""
 from __future__ import annotations
 
@@ -354,7 +354,53 @@ at::Tensor combine_splits_of(at::Tensor o, at::Tensor lse) {
     rtol=1e-5, atol=1e-5,
 )
 
+# ---- chapter 11: the backward of softmax ----------------------------------------------
+def _softmax_rows(r, n, seed):
+    p = torch.softmax(_randn(r, n, seed=seed) * 3, -1)
+    return [p, _randn(r, n, seed=seed + 1)]
+
+
+SOFTMAX_BACKWARD = Exercise(
+    chapter="11",
+    skeleton=r"""
+// The gradient of the scores through softmax, one thread per row: for probabilities
+// p [R, n] (a softmax of each row) and the gradient dp [R, n] of the probabilities,
+// ds[r][j] = p[r][j] · (dp[r][j] − Σ_k p[r][k] dp[r][k]).
+__global__ void softmax_backward(const float* p, const float* dp, float* ds, int R,
+                                 int n) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= R) return;
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_softmax_backward(const float* p, const float* dp, float* ds, int R, int n,
+                             cudaStream_t stream) {
+  softmax_backward<<<(R + 63) / 64, 64, 0, stream>>>(p, dp, ds, R, n);
+}
+""",
+    wrapper=r"""
+void launch_softmax_backward(const float*, const float*, float*, int, int, cudaStream_t);
+at::Tensor softmax_backward_of(at::Tensor p, at::Tensor dp) {
+  attnbook::check_tensor(p, "p", at::kFloat);
+  attnbook::check_tensor(dp, "dp", at::kFloat);
+  TORCH_CHECK(p.dim() == 2 && p.sizes() == dp.sizes(), "p and dp must be [R, n]");
+  at::Tensor ds = p.new_full(p.sizes(), NAN);
+  launch_softmax_backward(p.data_ptr<float>(), dp.data_ptr<float>(), ds.data_ptr<float>(),
+                          int(p.size(0)), int(p.size(1)), attnbook::stream());
+  attnbook::check_launch();
+  return ds;
+}
+""",
+    function="softmax_backward_of",
+    cases=lambda: [(f"R = {r}, n = {n}", _softmax_rows(r, n, seed=n))
+                   for r, n in ((1, 1), (3, 17), (70, 200))],
+    reference=lambda p, dp: (p.double() * (dp.double() - (p.double() * dp.double())
+                                           .sum(-1, keepdim=True))).float(),
+    rtol=1e-4, atol=1e-6,
+)
+
 EXERCISES = {"relu_grid_stride": RELU, "row_max": ROW_MAX, "transpose_tile": TRANSPOSE,
              "causal_window": WINDOW, "online_row": ONLINE_ROW,
              "row_logsumexp": ROW_LOGSUMEXP, "fragment_row_max": FRAGMENT_ROW_MAX,
-             "combine_splits": COMBINE_SPLITS}
+             "combine_splits": COMBINE_SPLITS, "softmax_backward": SOFTMAX_BACKWARD}

@@ -1,6 +1,6 @@
 """Diagrams of how kernels map threads to data: chapter 2's grid over the scores, chapter 4's
 tiles through shared memory, chapter 7's query tiles and K/V stream, chapter 8's
-tensor-core fragments and shared-memory banks; a roofline; and the occupancy limits of a
+tensor-core fragments and shared-memory banks, chapter 11's backward loops; a roofline; and the occupancy limits of a
 kernel."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ..reference import fragments
 from ..toolchain.occupancy import ARCHITECTURES, occupancy
 
 __all__ = ["score_grid", "gemm_tiles", "flash_schedule", "roofline", "occupancy_bars",
-           "mma_fragments", "ldmatrix_fragment", "bank_groups"]
+           "mma_fragments", "ldmatrix_fragment", "bank_groups", "backward_schedule"]
 
 BLUE, ORANGE, GREEN, GREY = "#4c72b0", "#dd8452", "#55a868", "#d0d0d0"
 
@@ -244,4 +244,32 @@ def bank_groups(offsets, swizzled, ax=None):
                else "chunk 0 of rows 0–7: 8 different bank groups, no conflict",
                ha="center", fontsize=8)
         _frame(a, 8, 9.2, f"{title} (x: bank group of 4 banks)")
+    return axes
+
+
+def backward_schedule(tiles_q=4, tiles_k=5, ax=None):
+    """Chapter 11's two passes over the (query tile, key tile) grid, causal: the dK/dV
+    pass gives each key tile a block that walks down its column, the dQ pass gives each
+    query tile a block that walks along its row. Tiles above the diagonal are skipped."""
+    axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 4))[1]
+    colors = [BLUE, GREEN, ORANGE, "#8172b3", "#c44e52"]
+    titles = ("dK, dV: a block per key tile j, down its column;\n"
+              "dK_j, dV_j in registers, Q_i, dO_i, L_i, D_i streamed",
+              "dQ: a block per query tile i, along its row;\n"
+              "dQ_i in registers, K_j, V_j streamed")
+    for a, by_key, title in ((axes[0], True, titles[0]), (axes[1], False, titles[1])):
+        for i in range(tiles_q):
+            for j in range(tiles_k):
+                skipped = j > i + (tiles_k - tiles_q)          # causal, bottom-right
+                owner = j if by_key else i
+                _box(a, j, i, 1, 1, GREY if skipped else colors[owner % len(colors)],
+                     "" if skipped else f"{i},{j}", alpha=0.25 if skipped else 0.55)
+        for n in range(tiles_k if by_key else tiles_q):
+            start, end = ((n + 0.5, -0.3), (n + 0.5, tiles_q + 0.3)) if by_key else \
+                ((-0.3, n + 0.5), (tiles_k + 0.3, n + 0.5))
+            a.annotate("", xy=end, xytext=start,
+                       arrowprops=dict(arrowstyle="->", color="black", alpha=0.5))
+        a.text(tiles_k / 2, tiles_q + 0.9, "rows: query tiles i, columns: key tiles j; "
+               "grey: masked, skipped", ha="center", fontsize=7)
+        _frame(a, tiles_k, tiles_q + 1.2, title, top=-0.8)
     return axes

@@ -7,7 +7,7 @@ import torch
 from ..reference import masks
 
 __all__ = ["draw_mask", "mask_gallery", "plot_metric", "plot_times", "plot_pct_peak", "plot_memory",
-           "plot_speedups", "plot_sweep"]
+           "plot_speedups", "plot_sweep", "plot_losses"]
 
 # (title, Sq, Sk, rules) of each panel of the gallery of mask kinds.
 GALLERY = [
@@ -126,4 +126,17 @@ def plot_sweep(result, ax=None, **where):
     ax.set_xlabel("Bc (keys per tile)")
     ax.set_ylabel("Br (query rows per block)")
     ax.set_title(f"ms, {result.machine.get('gpu', '')}", fontsize=10)
+    return ax
+
+
+def plot_losses(curves: dict, ax=None):
+    """Training loss per step of each run of ``curves`` ({label: [loss, ...]}), drawn so
+    that curves that coincide stay visible (dashed over solid)."""
+    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    for n, (label, losses) in enumerate(curves.items()):
+        ax.plot(range(1, len(losses) + 1), losses, label=label,
+                linestyle="-" if n == 0 else "--", linewidth=2.5 if n == 0 else 1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss")
+    ax.legend()
     return ax
