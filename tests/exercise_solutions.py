@@ -106,6 +106,83 @@ __global__ void softmax_backward(const float* p, const float* dp, float* ds, int
   for (int j = 0; j < n; ++j) ds[(size_t)r * n + j] = pr[j] * (dpr[j] - dot);
 }
 """,
+    "qk_scores": r"""
+__global__ void qk_scores(const float* q, const float* k, float* s, int Sq, int Sk,
+                          int D, float scale) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  const int i = blockIdx.y * blockDim.y + threadIdx.y;
+  if (i >= Sq || j >= Sk) return;
+  float dot = 0.f;
+  for (int d = 0; d < D; ++d) dot += q[i * D + d] * k[j * D + d];
+  s[i * Sk + j] = dot * scale;
+}
+""",
+    "warp_sum": r"""
+__global__ void warp_sum(const float* x, float* out, int n) {
+  const int lane = threadIdx.x;
+  const float* xr = x + (size_t)blockIdx.x * n;
+  float sum = 0.f;
+  for (int j = lane; j < n; j += 32) sum += xr[j];
+  for (int offset = 16; offset > 0; offset /= 2)
+    sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  if (lane == 0) out[blockIdx.x] = sum;
+}
+""",
+    "tiled_matmul": r"""
+__global__ void tiled_matmul(const float* a, const float* b, float* c, int M, int N,
+                             int K) {
+  __shared__ float As[16][16], Bs[16][16];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int row = blockIdx.y * 16 + ty, col = blockIdx.x * 16 + tx;
+  float acc = 0.f;
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    As[ty][tx] = row < M && k0 + tx < K ? a[row * K + k0 + tx] : 0.f;
+    Bs[ty][tx] = k0 + ty < K && col < N ? b[(k0 + ty) * N + col] : 0.f;
+    __syncthreads();
+    for (int kk = 0; kk < 16; ++kk) acc += As[ty][kk] * Bs[kk][tx];
+    __syncthreads();
+  }
+  if (row < M && col < N) c[row * N + col] = acc;
+}
+""",
+    "key_padding": r"""
+__global__ void key_padding(const float* s, const int* lengths, float* out, int Sq,
+                            int Sk) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y, b = blockIdx.z;
+  if (j >= Sk) return;
+  const size_t at = ((size_t)b * Sq + i) * Sk + j;
+  out[at] = j < lengths[b] ? s[at] : -INFINITY;
+}
+""",
+    "tile_update": r"""
+__global__ void tile_update(const float* s, const float* v, float* m, float* l,
+                            float* acc, int R, int Bc, int D) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= R) return;
+  float m_new = m[r];
+  for (int j = 0; j < Bc; ++j) m_new = fmaxf(m_new, s[r * Bc + j]);
+  if (m_new == -INFINITY) return;   // no admissible key yet: nothing changes
+  const float alpha = expf(m[r] - m_new);
+  float sum = 0.f;
+  for (int d = 0; d < D; ++d) acc[r * D + d] *= alpha;
+  for (int j = 0; j < Bc; ++j) {
+    const float p = expf(s[r * Bc + j] - m_new);
+    sum += p;
+    for (int d = 0; d < D; ++d) acc[r * D + d] += p * v[j * D + d];
+  }
+  l[r] = l[r] * alpha + sum;
+  m[r] = m_new;
+}
+""",
+    "causal_tiles": r"""
+__global__ void causal_tiles(float* range, int Sq, int Sk, int Br, int Bc) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t * Br >= Sq) return;
+  const int last_row = min(Sq, (t + 1) * Br) - 1;
+  const int keys = max(0, min(Sk, last_row + Sk - Sq + 1));   // keys 0 .. its position
+  range[t] = float((keys + Bc - 1) / Bc);
+}
+""",
     "fragment_row_max": r"""
 __global__ void fragment_row_max(const float* x, float* out) {
   const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
@@ -142,12 +219,28 @@ PLANTED = {
     "online_row": ("the paper's inverted rescaling", ("expf(m - m_new), p",
                                                        "expf(m_new - m), p"), "R = 1"),
     "row_logsumexp": ("no guard for a row of -inf",
-                      ("    if (xr[j] == -INFINITY) continue;   // exp(-inf - m) = 0, even "
-                       "when m = -inf\n", ""), "n = 1"),
+                      ("    if (xr[j] == -INFINITY) continue;   "
+                       "// exp(-inf - m) = 0, even when m = -inf\n", ""), "n = 1"),
     "combine_splits": ("empty splits not guarded",
                        ("  if (m != -INFINITY)\n", ""), "R = 2, S = 1"),
     "softmax_backward": ("the Jacobian's diagonal term only",
                          ("pr[j] * (dpr[j] - dot)", "pr[j] * dpr[j]"), "R = 1, n = 1"),
+    "qk_scores": ("query and key indices swapped",
+                  ("q[i * D + d] * k[j * D + d]", "q[j * D + d] * k[i * D + d]"),
+                  "Sq = 5, Sk = 17"),
+    "warp_sum": ("the reduction starts at offset 8",
+                 ("int offset = 16;", "int offset = 8;"), "n = 31"),
+    "tiled_matmul": ("no barrier before the next tile overwrites the shared tiles",
+                     ("acc += As[ty][kk] * Bs[kk][tx];\n    __syncthreads();\n",
+                      "acc += As[ty][kk] * Bs[kk][tx];\n"),
+                     "under thread order"),
+    "key_padding": ("the last real key masked too",
+                    ("j < lengths[b]", "j < lengths[b] - 1"), "Sq = 1, Sk = 1"),
+    "tile_update": ("the paper's inverted rescaling",
+                    ("const float alpha = expf(m[r] - m_new);",
+                     "const float alpha = expf(m_new - m[r]);"), "R = 4"),
+    "causal_tiles": ("causal aligned top-left",
+                     ("last_row + Sk - Sq + 1", "last_row + 1"), "Sq = 10, Sk = 200"),
     "fragment_row_max": ("the second shuffle crosses into the next row group",
                          ("__shfl_xor_sync(0xffffffffu, m, 2)",
                           "__shfl_xor_sync(0xffffffffu, m, 4)"), "T = 1"),

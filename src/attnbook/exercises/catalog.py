@@ -1,5 +1,6 @@
-"""The exercises of chapters 2–9 and 11: what the reader writes, and how it is called and
-checked. Outputs start as NaN, so a value the kernel never writes shows as wrong."""
+"""The exercises of chapters 2–9 and 11 (two for each of chapters 2–7): what the reader
+writes, and how it is called and checked. Outputs start as NaN, so a value the kernel
+never writes shows as wrong."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -231,7 +232,8 @@ __global__ void fragment_row_max(const float* x, float* out) {
 }
 """,
     launcher=r"""
-void launch_fragment_row_max(const float* x, float* out, int tiles, cudaStream_t stream) {
+void launch_fragment_row_max(const float* x, float* out, int tiles,
+                             cudaStream_t stream) {
   fragment_row_max<<<tiles, 32, 0, stream>>>(x, out);
 }
 """,
@@ -239,7 +241,8 @@ void launch_fragment_row_max(const float* x, float* out, int tiles, cudaStream_t
 void launch_fragment_row_max(const float*, float*, int, cudaStream_t);
 at::Tensor fragment_row_max_of(at::Tensor x) {
   attnbook::check_tensor(x, "x", at::kFloat);
-  TORCH_CHECK(x.dim() == 3 && x.size(1) == 16 && x.size(2) == 8, "x must be [T, 16, 8]");
+  TORCH_CHECK(x.dim() == 3 && x.size(1) == 16 && x.size(2) == 8,
+              "x must be [T, 16, 8]");
   at::Tensor out = x.new_full({x.size(0), 16}, NAN);
   launch_fragment_row_max(x.data_ptr<float>(), out.data_ptr<float>(), int(x.size(0)),
                           attnbook::stream());
@@ -273,7 +276,8 @@ __global__ void row_logsumexp(const float* x, float* lse, int R, int n) {
 }
 """,
     launcher=r"""
-void launch_row_logsumexp(const float* x, float* lse, int R, int n, cudaStream_t stream) {
+void launch_row_logsumexp(const float* x, float* lse, int R, int n,
+                          cudaStream_t stream) {
   row_logsumexp<<<(R + 63) / 64, 64, 0, stream>>>(x, lse, R, n);
 }
 """,
@@ -314,10 +318,11 @@ def _merge_reference(o, lse):
 COMBINE_SPLITS = Exercise(
     chapter="09",
     skeleton=r"""
-// Row r's keys were split into S parts; part s gave o[r][s] (D values, normalised within
-// the part) and its log-sum-exp lse[r][s] (-inf: the part had no admissible key). Write
-// out[r] = Σ_s exp(lse[r][s] − L) o[r][s] with L = log Σ_s exp(lse[r][s]); a row whose
-// parts are all empty is 0. One thread per (row, d): threadIdx.x = d, blockIdx.x = r.
+// Row r's keys were split into S parts; part s gave o[r][s] (D values, normalised
+// within the part) and its log-sum-exp lse[r][s] (-inf: the part had no admissible
+// key). Write out[r] = Σ_s exp(lse[r][s] − L) o[r][s] with L = log Σ_s exp(lse[r][s]);
+// a row whose parts are all empty is 0. One thread per (row, d): threadIdx.x = d,
+// blockIdx.x = r.
 __global__ void combine_splits(const float* o, const float* lse, float* out, int S,
                                int D) {
   const int r = blockIdx.x, d = threadIdx.x;
@@ -354,7 +359,7 @@ at::Tensor combine_splits_of(at::Tensor o, at::Tensor lse) {
     rtol=1e-5, atol=1e-5,
 )
 
-# ---- chapter 11: the backward of softmax ----------------------------------------------
+# ---- chapter 11: the backward of softmax ---------------------------------------------
 def _softmax_rows(r, n, seed):
     p = torch.softmax(_randn(r, n, seed=seed) * 3, -1)
     return [p, _randn(r, n, seed=seed + 1)]
@@ -380,14 +385,16 @@ void launch_softmax_backward(const float* p, const float* dp, float* ds, int R, 
 }
 """,
     wrapper=r"""
-void launch_softmax_backward(const float*, const float*, float*, int, int, cudaStream_t);
+void launch_softmax_backward(const float*, const float*, float*, int, int,
+                             cudaStream_t);
 at::Tensor softmax_backward_of(at::Tensor p, at::Tensor dp) {
   attnbook::check_tensor(p, "p", at::kFloat);
   attnbook::check_tensor(dp, "dp", at::kFloat);
   TORCH_CHECK(p.dim() == 2 && p.sizes() == dp.sizes(), "p and dp must be [R, n]");
   at::Tensor ds = p.new_full(p.sizes(), NAN);
-  launch_softmax_backward(p.data_ptr<float>(), dp.data_ptr<float>(), ds.data_ptr<float>(),
-                          int(p.size(0)), int(p.size(1)), attnbook::stream());
+  launch_softmax_backward(p.data_ptr<float>(), dp.data_ptr<float>(),
+                          ds.data_ptr<float>(), int(p.size(0)), int(p.size(1)),
+                          attnbook::stream());
   attnbook::check_launch();
   return ds;
 }
@@ -400,7 +407,303 @@ at::Tensor softmax_backward_of(at::Tensor p, at::Tensor dp) {
     rtol=1e-4, atol=1e-6,
 )
 
+
+def _tile_scores(r, n, seed):
+    s = _randn(r, n, seed=seed) * 20
+    s[0, : min(n, 4)] = float("-inf")      # a first tile with no admissible key
+    return s
+
+
+def _tile_reference(s, v, bc):
+    """[acc | m | l] after every tile of Algorithm 1, in float64."""
+    s, v = s.double(), v.double()
+    m = s.amax(-1)
+    shift = torch.where(torch.isneginf(m), 0.0, m)
+    p = torch.exp(s - shift[:, None])
+    return torch.cat([p @ v, m[:, None], p.sum(-1, keepdim=True)], 1).float()
+
+
+def _causal_tiles_reference(like, sq, sk, br, bc):
+    """One past the last key tile that a query tile's last row may attend."""
+    last_rows = torch.tensor([min(sq, t + br) - 1 for t in range(0, sq, br)])
+    keys = (last_rows + sk - sq + 1).clamp(0, sk)       # keys 0 .. pos admitted
+    return ((keys + bc - 1) // bc).float().to(like.device)
+
+
+# ---- second exercises of chapters 2–7 ------------------------------------------------
+QK_SCORES = Exercise(
+    chapter="02",
+    skeleton=r"""
+// s[i][j] = scale · q_i · k_j for q [Sq, D] and k [Sk, D]: one thread per score, x for
+// the key j and y for the query i, on a 2-D grid of 16 x 16 blocks that may overhang
+// both edges.
+__global__ void qk_scores(const float* q, const float* k, float* s, int Sq, int Sk,
+                          int D, float scale) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  const int i = blockIdx.y * blockDim.y + threadIdx.y;
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_qk_scores(const float* q, const float* k, float* s, int Sq, int Sk, int D,
+                      float scale, cudaStream_t stream) {
+  const dim3 block(16, 16), grid((Sk + 15) / 16, (Sq + 15) / 16);
+  qk_scores<<<grid, block, 0, stream>>>(q, k, s, Sq, Sk, D, scale);
+}
+""",
+    wrapper=r"""
+void launch_qk_scores(const float*, const float*, float*, int, int, int, float,
+                      cudaStream_t);
+at::Tensor qk_scores_of(at::Tensor q, at::Tensor k) {
+  attnbook::check_tensor(q, "q", at::kFloat);
+  attnbook::check_tensor(k, "k", at::kFloat);
+  TORCH_CHECK(q.dim() == 2 && k.dim() == 2 && q.size(1) == k.size(1),
+              "q must be [Sq, D] and k [Sk, D]");
+  at::Tensor s = q.new_full({q.size(0), k.size(0)}, NAN);
+  launch_qk_scores(q.data_ptr<float>(), k.data_ptr<float>(), s.data_ptr<float>(),
+                   int(q.size(0)), int(k.size(0)), int(q.size(1)),
+                   1.f / std::sqrt(float(q.size(1))), attnbook::stream());
+  attnbook::check_launch();
+  return s;
+}
+""",
+    function="qk_scores_of",
+    cases=lambda: [(f"Sq = {sq}, Sk = {sk}, D = {d}",
+                    [_randn(sq, d, seed=sq), _randn(sk, d, seed=sk + 1)])
+                   for sq, sk, d in ((1, 1, 1), (5, 17, 8), (40, 33, 64))],
+    reference=lambda q, k: (q.double() @ k.double().T / q.shape[1] ** 0.5).float(),
+    rtol=1e-5, atol=1e-5,
+)
+
+WARP_SUM = Exercise(
+    chapter="03",
+    skeleton=r"""
+// out[r] = the sum of row r of x ([rows, n]), one warp (32 threads) per row: each
+// lane adds the elements j = lane, lane + 32, ..., then the 32 partial sums are
+// combined with __shfl_down_sync (no shared memory). Lane 0 writes.
+__global__ void warp_sum(const float* x, float* out, int n) {
+  const int lane = threadIdx.x;
+  const float* xr = x + (size_t)blockIdx.x * n;
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_warp_sum(const float* x, float* out, int rows, int n, cudaStream_t stream) {
+  warp_sum<<<rows, 32, 0, stream>>>(x, out, n);
+}
+""",
+    wrapper=r"""
+void launch_warp_sum(const float*, float*, int, int, cudaStream_t);
+at::Tensor warp_sum_of(at::Tensor x) {
+  attnbook::check_tensor(x, "x", at::kFloat);
+  TORCH_CHECK(x.dim() == 2, "x must be [rows, n]");
+  at::Tensor out = x.new_full({x.size(0)}, NAN);
+  launch_warp_sum(x.data_ptr<float>(), out.data_ptr<float>(), int(x.size(0)),
+                  int(x.size(1)), attnbook::stream());
+  attnbook::check_launch();
+  return out;
+}
+""",
+    function="warp_sum_of",
+    cases=lambda: [(f"n = {n}", [_randn(3, n, seed=n)]) for n in (1, 31, 32, 1000)],
+    reference=lambda x: x.double().sum(-1).float(),
+    rtol=1e-5, atol=1e-5,
+)
+
+TILED_MATMUL = Exercise(
+    chapter="04",
+    skeleton=r"""
+// c = a b for a [M, K] and b [K, N], with 16 x 16 tiles of a and b staged in shared
+// memory: thread (tx, ty) of block (bx, by) computes c[16 by + ty][16 bx + tx]. Sizes
+// need not be multiples of 16: load zeros past the edges, write only inside.
+__global__ void tiled_matmul(const float* a, const float* b, float* c, int M, int N,
+                             int K) {
+  __shared__ float As[16][16], Bs[16][16];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int row = blockIdx.y * 16 + ty, col = blockIdx.x * 16 + tx;
+  float acc = 0.f;
+  // TODO: for each tile along K: load As and Bs, synchronise, accumulate, synchronise
+}
+""",
+    launcher=r"""
+void launch_tiled_matmul(const float* a, const float* b, float* c, int M, int N, int K,
+                         cudaStream_t stream) {
+  tiled_matmul<<<dim3((N + 15) / 16, (M + 15) / 16), dim3(16, 16), 0, stream>>>(
+      a, b, c, M, N, K);
+}
+""",
+    wrapper=r"""
+void launch_tiled_matmul(const float*, const float*, float*, int, int, int,
+                         cudaStream_t);
+at::Tensor tiled_matmul_of(at::Tensor a, at::Tensor b) {
+  attnbook::check_tensor(a, "a", at::kFloat);
+  attnbook::check_tensor(b, "b", at::kFloat);
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0),
+              "a must be [M, K] and b [K, N]");
+  at::Tensor c = a.new_full({a.size(0), b.size(1)}, NAN);
+  launch_tiled_matmul(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(),
+                      int(a.size(0)), int(b.size(1)), int(a.size(1)),
+                      attnbook::stream());
+  attnbook::check_launch();
+  return c;
+}
+""",
+    function="tiled_matmul_of",
+    cases=lambda: [(f"M = {m}, N = {n}, K = {k}",
+                    [_randn(m, k, seed=m), _randn(k, n, seed=n + 1)])
+                   for m, n, k in ((1, 1, 1), (17, 5, 33), (40, 48, 64))],
+    reference=lambda a, b: (a.double() @ b.double()).float(),
+    rtol=1e-4, atol=1e-5,
+)
+
+PADDING_MASK = Exercise(
+    chapter="05",
+    skeleton=r"""
+// Key padding: sequence b has lengths[b] real keys, the rest of its Sk are padding.
+// For scores s [B, Sq, Sk], write out = s where key j is real and -INFINITY where it is
+// padding. One thread per score: x over j, y over i, z over b.
+__global__ void key_padding(const float* s, const int* lengths, float* out, int Sq,
+                            int Sk) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y, b = blockIdx.z;
+  if (j >= Sk) return;
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_key_padding(const float* s, const int* lengths, float* out, int B, int Sq,
+                        int Sk, cudaStream_t stream) {
+  key_padding<<<dim3((Sk + 63) / 64, Sq, B), 64, 0, stream>>>(s, lengths, out, Sq, Sk);
+}
+""",
+    wrapper=r"""
+void launch_key_padding(const float*, const int*, float*, int, int, int, cudaStream_t);
+at::Tensor key_padding_of(at::Tensor s, at::Tensor lengths) {
+  attnbook::check_tensor(s, "s", at::kFloat);
+  attnbook::check_tensor(lengths, "lengths", at::kInt);
+  TORCH_CHECK(s.dim() == 3 && lengths.dim() == 1 && lengths.size(0) == s.size(0),
+              "s must be [B, Sq, Sk] and lengths [B]");
+  at::Tensor out = s.new_full(s.sizes(), NAN);
+  launch_key_padding(s.data_ptr<float>(), lengths.data_ptr<int>(),
+                     out.data_ptr<float>(), int(s.size(0)), int(s.size(1)),
+                     int(s.size(2)), attnbook::stream());
+  attnbook::check_launch();
+  return out;
+}
+""",
+    function="key_padding_of",
+    cases=lambda: [(f"B = {len(ls)}, Sq = {sq}, Sk = {sk}, lengths {ls}",
+                    [_randn(len(ls), sq, sk, seed=sk),
+                     torch.tensor(ls, dtype=torch.int32)])
+                   for sq, sk, ls in ((1, 1, [1]), (3, 10, [10, 4, 0]),
+                                      (5, 70, [65, 70]))],
+    reference=lambda s, lengths: s.masked_fill(
+        torch.arange(s.shape[2], device=s.device) >= lengths.view(-1, 1, 1).long(),
+        float("-inf")),
+    rtol=0.0, atol=0.0,
+)
+
+TILE_UPDATE = Exercise(
+    chapter="06",
+    skeleton=r"""
+// One step of Algorithm 1 for one row, one thread per row: the row's running max m[r],
+// sum l[r] and unnormalised output acc[r] (D ≤ 64 values) meet a new tile of Bc scores
+// s[r] and its values v [Bc, D]. Update all three in place, as the chapter's loop does.
+// Rows start with m = -inf, l = 0 and acc = 0; a tile may be entirely -inf.
+__global__ void tile_update(const float* s, const float* v, float* m, float* l,
+                            float* acc, int R, int Bc, int D) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= R) return;
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_tile_update(const float* s, const float* v, float* m, float* l, float* acc,
+                        int R, int Bc, int D, cudaStream_t stream) {
+  tile_update<<<(R + 63) / 64, 64, 0, stream>>>(s, v, m, l, acc, R, Bc, D);
+}
+""",
+    wrapper=r"""
+void launch_tile_update(const float*, const float*, float*, float*, float*, int, int,
+                        int, cudaStream_t);
+// Runs the reader's kernel over the tiles of s [R, n] and v [n, D], Bc keys at a time,
+// from the initial state, and returns [acc | m | l] as one [R, D + 2] tensor.
+at::Tensor tile_update_of(at::Tensor s, at::Tensor v, int64_t Bc) {
+  attnbook::check_tensor(s, "s", at::kFloat);
+  attnbook::check_tensor(v, "v", at::kFloat);
+  TORCH_CHECK(s.dim() == 2 && v.dim() == 2 && v.size(0) == s.size(1) && v.size(1) <= 64,
+              "s must be [R, n] and v [n, D] with D <= 64");
+  const int64_t R = s.size(0), n = s.size(1), D = v.size(1);
+  at::Tensor m = s.new_full({R}, -INFINITY), l = s.new_zeros({R});
+  at::Tensor acc = s.new_zeros({R, D});
+  for (int64_t j0 = 0; j0 < n; j0 += Bc) {
+    const int64_t w = std::min(Bc, n - j0);
+    at::Tensor st = s.narrow(1, j0, w).contiguous();
+    at::Tensor vt = v.narrow(0, j0, w).contiguous();
+    launch_tile_update(st.data_ptr<float>(), vt.data_ptr<float>(), m.data_ptr<float>(),
+                       l.data_ptr<float>(), acc.data_ptr<float>(), int(R), int(w),
+                       int(D), attnbook::stream());
+    attnbook::check_launch();
+  }
+  at::Tensor out = s.new_empty({R, D + 2});
+  out.narrow(1, 0, D).copy_(acc);
+  out.narrow(1, D, 1).copy_(m.unsqueeze(1));
+  out.narrow(1, D + 1, 1).copy_(l.unsqueeze(1));
+  return out;
+}
+""",
+    function="tile_update_of",
+    cases=lambda: [(f"R = {r}, n = {n}, D = {d}, Bc = {bc}",
+                    [_tile_scores(r, n, seed=n), _randn(n, d, seed=d), bc])
+                   for r, n, d, bc in ((1, 1, 1, 1), (4, 17, 8, 4), (70, 40, 64, 16))],
+    reference=_tile_reference,
+    rtol=1e-4, atol=1e-5,
+)
+
+TILE_RANGE = Exercise(
+    chapter="07",
+    skeleton=r"""
+// Causal tile skipping: query tile t holds rows [t·Br, min((t + 1)·Br, Sq)); key tiles
+// hold Bc keys each. Write range[t] = (the number of key tiles the block must visit,
+// i.e. the index one past the last key tile holding a key some row of the tile may
+// attend), with causal aligned bottom-right (query i stands at position i + Sk - Sq and
+// attends keys j <= its position). A tile whose rows attend no key visits 0 tiles.
+__global__ void causal_tiles(float* range, int Sq, int Sk, int Br, int Bc) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t * Br >= Sq) return;
+  // TODO: range[t] = ...
+}
+""",
+    launcher=r"""
+void launch_causal_tiles(float* range, int Sq, int Sk, int Br, int Bc,
+                         cudaStream_t stream) {
+  const int tiles = (Sq + Br - 1) / Br;
+  causal_tiles<<<(tiles + 63) / 64, 64, 0, stream>>>(range, Sq, Sk, Br, Bc);
+}
+""",
+    wrapper=r"""
+void launch_causal_tiles(float*, int, int, int, int, cudaStream_t);
+at::Tensor causal_tiles_of(at::Tensor like, int64_t Sq, int64_t Sk, int64_t Br,
+                           int64_t Bc) {
+  at::Tensor range = like.new_full({(Sq + Br - 1) / Br}, NAN);
+  launch_causal_tiles(range.data_ptr<float>(), int(Sq), int(Sk), int(Br), int(Bc),
+                      attnbook::stream());
+  attnbook::check_launch();
+  return range;
+}
+""",
+    function="causal_tiles_of",
+    cases=lambda: [(f"Sq = {sq}, Sk = {sk}, Br = {br}, Bc = {bc}",
+                    [torch.empty(0), sq, sk, br, bc])
+                   for sq, sk, br, bc in ((1, 1, 64, 32), (100, 100, 64, 32),
+                                          (10, 200, 4, 16), (200, 50, 32, 8))],
+    reference=_causal_tiles_reference,
+    rtol=0.0, atol=0.0,
+)
+
 EXERCISES = {"relu_grid_stride": RELU, "row_max": ROW_MAX, "transpose_tile": TRANSPOSE,
              "causal_window": WINDOW, "online_row": ONLINE_ROW,
              "row_logsumexp": ROW_LOGSUMEXP, "fragment_row_max": FRAGMENT_ROW_MAX,
-             "combine_splits": COMBINE_SPLITS, "softmax_backward": SOFTMAX_BACKWARD}
+             "combine_splits": COMBINE_SPLITS, "softmax_backward": SOFTMAX_BACKWARD,
+             "qk_scores": QK_SCORES, "warp_sum": WARP_SUM, "tiled_matmul": TILED_MATMUL,
+             "key_padding": PADDING_MASK, "tile_update": TILE_UPDATE,
+             "causal_tiles": TILE_RANGE}

@@ -46,6 +46,19 @@ __device__ __forceinline__ void admitted_key_range(const MaskParams& m, int b,
   *end = max(first, last);
 }
 
+// True if every query of rows [row_lo, row_hi] may attend every key of [j0, j1) with no
+// additive term: such a tile needs no per-element mask.
+__device__ __forceinline__ bool tile_unmasked(const MaskParams& m, int b, int row_lo,
+                                              int row_hi, int j0, int j1, int Sq,
+                                              int Sk) {
+  const int lo = row_lo + Sk - Sq, hi = row_hi + Sk - Sq;
+  if (m.bias || m.stride > 1 || j1 > Sk) return false;
+  if (m.key_lengths && j1 > m.key_lengths[b]) return false;
+  if (m.causal && j1 - 1 > lo) return false;
+  if (m.window > 0 && (hi - j0 >= m.window || j1 - 1 - lo >= m.window)) return false;
+  return true;
+}
+
 // Query rows [*begin, *end) hold every row of batch b that may attend some key of
 // [j0, j1): the backward's key blocks visit only the query tiles in this range.
 __device__ __forceinline__ void admitted_query_range(const MaskParams& m, int b, int j0,
@@ -61,17 +74,4 @@ __device__ __forceinline__ void admitted_query_range(const MaskParams& m, int b,
   if (m.key_lengths && j0 >= m.key_lengths[b]) last = 0;
   *begin = int(min(first, (long long)Sq));
   *end = int(max((long long)*begin, last));
-}
-
-// True if every query of rows [row_lo, row_hi] may attend every key of [j0, j1) with no
-// additive term: such a tile needs no per-element mask.
-__device__ __forceinline__ bool tile_unmasked(const MaskParams& m, int b, int row_lo,
-                                              int row_hi, int j0, int j1, int Sq,
-                                              int Sk) {
-  const int lo = row_lo + Sk - Sq, hi = row_hi + Sk - Sq;
-  if (m.bias || m.stride > 1 || j1 > Sk) return false;
-  if (m.key_lengths && j1 > m.key_lengths[b]) return false;
-  if (m.causal && j1 - 1 > lo) return false;
-  if (m.window > 0 && (hi - j0 >= m.window || j1 - 1 - lo >= m.window)) return false;
-  return true;
 }
