@@ -1,5 +1,5 @@
-"""attnbook.attention: every implementation against the float64 reference, for every mask kind,
-under every thread order; and every bad-input rule."""
+"""attnbook.attention: every implementation against the float64 reference, for every
+mask kind, under every thread order; and every bad-input rule."""
 import itertools
 
 import pytest
@@ -8,21 +8,26 @@ import torch
 import attnbook as ab
 
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 11)]
-# (B, H, Hkv, Sq, Sk, D): S=1, sizes off every tile, Sq != Sk both ways, grouped heads, odd D.
-SHAPES = [(1, 1, 1, 1, 1, 8), (2, 2, 1, 17, 17, 33), (1, 3, 3, 5, 40, 16), (2, 2, 2, 40, 9, 7)]
-# The fused kernel's head dims, with sizes off its 64×32 tiles: S=1, Sq != Sk both ways, more
-# than one query tile, grouped heads.
-FLASH_SHAPES = [(1, 1, 1, 1, 1, 32), (2, 2, 1, 17, 40, 64), (1, 2, 2, 70, 9, 96), (2, 2, 1, 65, 100, 128)]
+# (B, H, Hkv, Sq, Sk, D): S=1, sizes off every tile, Sq != Sk both ways, grouped heads,
+# odd D.
+SHAPES = [(1, 1, 1, 1, 1, 8), (2, 2, 1, 17, 17, 33), (1, 3, 3, 5, 40, 16),
+          (2, 2, 2, 40, 9, 7)]
+# The fused kernel's head dims, with sizes off its 64×32 tiles: S=1, Sq != Sk both ways,
+# more than one query tile, grouped heads.
+FLASH_SHAPES = [(1, 1, 1, 1, 1, 32), (2, 2, 1, 17, 40, 64), (1, 2, 2, 70, 9, 96),
+                (2, 2, 1, 65, 100, 128)]
 
 
 def inputs(shape, seed=0, magnitude=1.0):
     b, h, hkv, sq, sk, d = shape
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(*s, generator=g) * magnitude for s in ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
+    return [torch.randn(*s, generator=g) * magnitude
+            for s in ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
 
 
 def mask_options(kind, shape):
-    """Keyword arguments of attention() (SDPA spelling) and of the reference for a mask kind."""
+    """Keyword arguments of attention() (SDPA spelling) and of the reference for a mask
+    kind."""
     b, h, _, sq, sk, _ = shape
     g = torch.Generator().manual_seed(1)
     if kind == "none":
@@ -50,8 +55,10 @@ def mask_options(kind, shape):
 
 
 @pytest.mark.parametrize("impl,shape,kind,order",
-                         list(itertools.product(["naive", "tiled"], SHAPES, ab.masks.MASK_KINDS, ORDERS))
-                         + list(itertools.product(["flash"], FLASH_SHAPES, ab.masks.MASK_KINDS, ORDERS)))
+                         list(itertools.product(["naive", "tiled"], SHAPES,
+                                                ab.masks.MASK_KINDS, ORDERS))
+                         + list(itertools.product(["flash"], FLASH_SHAPES,
+                                                  ab.masks.MASK_KINDS, ORDERS)))
 def test_matches_reference(impl, shape, kind, order):
     q, k, v = inputs(shape)
     ours, ref = mask_options(kind, shape)
@@ -63,8 +70,8 @@ def test_matches_reference(impl, shape, kind, order):
 
 @pytest.mark.parametrize("impl", ["naive", "tiled", "flash"])
 def test_large_magnitudes_and_empty_rows(impl):
-    q, k, v = inputs((1, 2, 2, 70, 6, 32), seed=2, magnitude=30.0)   # scores ~ ±1e4
-    out = ab.attention(q, k, v, is_causal=True, impl=impl)            # 64 rows see no key
+    q, k, v = inputs((1, 2, 2, 70, 6, 32), seed=2, magnitude=30.0)  # scores ~ ±1e4
+    out = ab.attention(q, k, v, is_causal=True, impl=impl)          # 64 rows see no key
     want = ab.attention_reference(q, k, v, causal=True, float64=True)
     assert torch.isfinite(out).all() and (out[:, :, :64] == 0).all()
     torch.testing.assert_close(out.double(), want, rtol=1e-3, atol=1e-3)
@@ -75,12 +82,14 @@ def test_module_wrapper_and_scale(impl, d):
     q, k, v = inputs((1, 2, 2, 9, 9, d), seed=3)
     mod = ab.Attention(impl=impl, is_causal=True, scale=0.2)
     torch.testing.assert_close(mod(q, k, v).double(),
-                               ab.attention_reference(q, k, v, causal=True, scale=0.2, float64=True),
+                               ab.attention_reference(q, k, v, causal=True, scale=0.2,
+                                                      float64=True),
                                rtol=1e-4, atol=1e-5)
 
 
 def test_flash_is_the_default():
-    q, k, v = inputs((1, 2, 2, 9, 9, 8), seed=3)       # head_dim 8: the fused kernel says so
+    # head_dim 8: the fused kernel says so
+    q, k, v = inputs((1, 2, 2, 9, 9, 8), seed=3)
     with pytest.raises(ValueError, match="not supported by the fused kernel"):
         ab.attention(q, k, v)
     with pytest.raises(ValueError, match="not supported by the fused kernel"):
@@ -90,8 +99,9 @@ def test_flash_is_the_default():
 def test_flash_impl_agrees_with_naive():
     q, k, v = inputs((2, 4, 2, 33, 50, 64), seed=4)
     for causal in (False, True):
-        torch.testing.assert_close(ab.attention(q, k, v, is_causal=causal, impl="flash"),
-                                   ab.attention(q, k, v, is_causal=causal, impl="naive"), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            ab.attention(q, k, v, is_causal=causal, impl="flash"),
+            ab.attention(q, k, v, is_causal=causal, impl="naive"), rtol=1e-4, atol=1e-5)
 
 
 GOOD = inputs((2, 4, 2, 5, 6, 8))
@@ -100,11 +110,15 @@ GOOD = inputs((2, 4, 2, 5, 6, 8))
 @pytest.mark.parametrize("args,kwargs,err,match", [
     ((GOOD[0].double(), *GOOD[1:]), {}, TypeError, "q must be float32"),
     ((GOOD[0][0], *GOOD[1:]), {}, ValueError, "same number of dimensions"),
-    ((GOOD[0], GOOD[1][:, :, :3].contiguous(), GOOD[2]), {}, ValueError, "k and v must have the same shape"),
-    ((GOOD[0][:, :3].contiguous(), *GOOD[1:]), {}, ValueError, "multiple of key/value heads"),
-    ((GOOD[0], GOOD[1][..., :4].contiguous(), GOOD[2][..., :4].contiguous()), {}, ValueError, "D=8"),
+    ((GOOD[0], GOOD[1][:, :, :3].contiguous(), GOOD[2]), {}, ValueError,
+     "k and v must have the same shape"),
+    ((GOOD[0][:, :3].contiguous(), *GOOD[1:]), {}, ValueError,
+     "multiple of key/value heads"),
+    ((GOOD[0], GOOD[1][..., :4].contiguous(), GOOD[2][..., :4].contiguous()), {},
+     ValueError, "D=8"),
     (GOOD, dict(attn_mask=torch.zeros(3, 5, 6)), ValueError, "does not broadcast"),
-    (GOOD, dict(attn_mask=torch.zeros(5, 6, dtype=torch.int64)), TypeError, "bool or floating"),
+    (GOOD, dict(attn_mask=torch.zeros(5, 6, dtype=torch.int64)), TypeError,
+     "bool or floating"),
     (GOOD, dict(key_lengths=torch.tensor([1.0, 2.0])), ValueError, "key_lengths"),
     (GOOD, dict(key_lengths=torch.tensor([1, 2, 3])), ValueError, "key_lengths"),
     (GOOD, dict(stride=0), ValueError, "stride"),
@@ -118,16 +132,19 @@ def test_bad_inputs_raise_before_launch(args, kwargs, err, match):
         ab.attention(*args, **kwargs)
 
 
-@pytest.mark.parametrize("stride,extra", [(2, {}), (3, dict(is_causal=True)), (5, dict(window=40)),
+@pytest.mark.parametrize("stride,extra", [(2, {}), (3, dict(is_causal=True)),
+                                          (5, dict(window=40)),
                                           (4, dict(is_causal=True, window=9))])
 def test_strided_gather_equals_dense_masking(stride, extra):
-    """The tiled path's strided attention reads only every stride-th key; it must agree with
-    computing every score and masking, on shapes larger than one 64×64 GEMM tile."""
+    """The tiled path's strided attention reads only every stride-th key; it must agree
+    with computing every score and masking, on shapes larger than one 64×64 GEMM
+    tile."""
     q, k, v = inputs((2, 4, 2, 131, 200, 64), seed=5)
     opts = dict(scale=0.125, stride=stride, **extra)
     gathered = ab.ops.three_kernels(q, k, v, **opts)
     dense = ab.ops.three_kernels(q, k, v, **opts, gather=False)
-    want = ab.attention_reference(q, k, v, scale=0.125, stride=stride, causal=extra.get("is_causal", False),
+    want = ab.attention_reference(q, k, v, scale=0.125, stride=stride,
+                                  causal=extra.get("is_causal", False),
                                   window=extra.get("window"), float64=True)
     torch.testing.assert_close(gathered.double(), want, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(dense.double(), want, rtol=1e-4, atol=1e-5)

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import attnbook as ab
-from attnbook.reference.flash_backward import attention_tiles_autograd, flash_backward_tiles
+from attnbook.reference.flash_backward import (attention_tiles_autograd,
+                                               flash_backward_tiles)
 
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 7)]
 # (B, H, Hkv, Sq, Sk, D): S = 1, sizes off every tile, Sq < Sk and Sq > Sk, GQA 1, 2, 4.
@@ -22,7 +23,8 @@ def mask_cases(b, h, sq, sk, dtype=torch.float32):
     boolean = torch.rand(b, 1, sq, sk, generator=g) > 0.3
     additive = torch.randn(1, h, sq, sk, generator=g, dtype=dtype)
     return [("none", {}), ("causal", dict(causal=True)),
-            ("key padding", dict(key_lengths=lengths)), ("boolean", dict(attn_mask=boolean)),
+            ("key padding", dict(key_lengths=lengths)),
+            ("boolean", dict(attn_mask=boolean)),
             ("additive", dict(attn_mask=additive)), ("window", dict(window=5)),
             ("causal stride", dict(causal=True, stride=3))]
 
@@ -37,7 +39,8 @@ def leaves(shape, dtype=torch.float32, seed=0):
 def reference_grads(q, k, v, do, opts):
     """Autograd of the float64 reference."""
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
-    opts = {key: val.double() if torch.is_tensor(val) and val.is_floating_point() else val
+    opts = {key: (val.double() if torch.is_tensor(val) and val.is_floating_point()
+                  else val)
             for key, val in opts.items()}
     o = ab.attention_reference(q, k, v, **opts)
     return torch.autograd.grad(o, (q, k, v), do.double())
@@ -155,8 +158,8 @@ def test_more_than_65535_heads():
 
 
 def test_empty_inputs():
-    q, k = torch.randn(1, 2, 5, 32, requires_grad=True), torch.randn(1, 2, 0, 32,
-                                                                      requires_grad=True)
+    q, k = (torch.randn(1, 2, 5, 32, requires_grad=True),
+            torch.randn(1, 2, 0, 32, requires_grad=True))
     dq, dk = torch.autograd.grad(ab.attention(q, k, k).sum(), (q, k))
     assert (dq == 0).all() and dk.shape == k.shape
 

@@ -1,5 +1,5 @@
-"""The benchmark harness: workload arithmetic, the peak table, result files and figures. Timing
-itself needs a GPU; here we check that it refuses to run without one."""
+"""The benchmark harness: workload arithmetic, the peak table, result files and figures.
+Timing itself needs a GPU; here we check that it refuses to run without one."""
 import json
 import pathlib
 
@@ -16,14 +16,19 @@ RESULTS = bench.results_dir()
 
 def test_attention_work():
     assert bench.attention_flops(4, 8, 1024, 1024, 64) == 4 * 4 * 8 * 1024 * 1024 * 64
-    assert bench.attention_flops(4, 8, 1024, 1024, 64, causal=True) == 2 * 4 * 8 * 1024 * 1024 * 64
+    assert (bench.attention_flops(4, 8, 1024, 1024, 64, causal=True)
+            == 2 * 4 * 8 * 1024 * 1024 * 64)
     # Q and O: B·H·Sq·D each; K and V: B·Hkv·Sk·D each; 4 bytes an element.
-    assert bench.attention_bytes(2, 8, 10, 20, 64, Hkv=2) == 4 * (2 * 2 * 8 * 10 * 64 + 2 * 2 * 2 * 20 * 64)
+    assert (bench.attention_bytes(2, 8, 10, 20, 64, Hkv=2)
+            == 4 * (2 * 2 * 8 * 10 * 64 + 2 * 2 * 2 * 20 * 64))
 
 
-@pytest.mark.parametrize("name,bandwidth", [("NVIDIA H100 80GB HBM3", 3350.0), ("NVIDIA H100 PCIe", 2000.0),
-                                            ("NVIDIA H200", 4800.0), ("NVIDIA A100-SXM4-40GB", 1555.0),
-                                            ("NVIDIA A100-SXM4-80GB", 2039.0), ("Tesla T4", 320.0),
+@pytest.mark.parametrize("name,bandwidth", [("NVIDIA H100 80GB HBM3", 3350.0),
+                                            ("NVIDIA H100 PCIe", 2000.0),
+                                            ("NVIDIA H200", 4800.0),
+                                            ("NVIDIA A100-SXM4-40GB", 1555.0),
+                                            ("NVIDIA A100-SXM4-80GB", 2039.0),
+                                            ("Tesla T4", 320.0),
                                             ("NVIDIA L4", 300.0)])
 def test_peak_table_matches_names(monkeypatch, name, bandwidth):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -32,7 +37,8 @@ def test_peak_table_matches_names(monkeypatch, name, bandwidth):
     assert peaks["bandwidth_gbs"] == bandwidth and peaks["source"] == "datasheet"
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="checks the refusal on a machine without a GPU")
 def test_gpu_only_functions_refuse_on_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNBOOK_RESULTS", str(tmp_path))
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
@@ -43,10 +49,14 @@ def test_gpu_only_functions_refuse_on_cpu(tmp_path, monkeypatch):
 
 
 def fake_result(chapter="02", gpu="Tesla T4", date="2026-01-02"):
-    rows = [dict(S=s, impl=impl, ms=ms * s / 256, tflops=1.0, pct_peak=10.0, peak_mem_bytes=s * s)
-            for s in (256, 512) for impl, ms in (("attnbook naive", 4.0), ("torch eager", 1.0))]
-    rows.append(dict(S=256, impl="sdpa flash", ms=None, error="No available kernel. Aborting execution."))
-    return bench.Result(chapter, rows, dict(gpu=gpu, capability="75", torch="2.13.0", cuda="13.0", date=date))
+    rows = [dict(S=s, impl=impl, ms=ms * s / 256, tflops=1.0, pct_peak=10.0,
+                 peak_mem_bytes=s * s)
+            for s in (256, 512)
+            for impl, ms in (("attnbook naive", 4.0), ("torch eager", 1.0))]
+    rows.append(dict(S=256, impl="sdpa flash", ms=None,
+                     error="No available kernel. Aborting execution."))
+    return bench.Result(chapter, rows, dict(gpu=gpu, capability="75", torch="2.13.0",
+                                            cuda="13.0", date=date))
 
 
 def test_save_and_load_round_trip(tmp_path, monkeypatch):
@@ -60,7 +70,8 @@ def test_save_and_load_round_trip(tmp_path, monkeypatch):
     (loaded,) = bench.load("02")
     assert loaded == fake_result()
     assert bench.ratio(loaded, "torch eager", "attnbook naive", S=512) == 4.0
-    assert bench.ratio(loaded, "sdpa flash", "attnbook naive", S=256) != bench.ratio(loaded, "sdpa flash", "attnbook naive", S=256)  # NaN
+    assert (bench.ratio(loaded, "sdpa flash", "attnbook naive", S=256)
+            != bench.ratio(loaded, "sdpa flash", "attnbook naive", S=256))  # NaN
 
 
 def test_table_marks_unsupported_runs():
@@ -74,20 +85,26 @@ def test_table_marks_unsupported_runs():
 def test_run_or_load_without_gpu(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ATTNBOOK_RESULTS", str(tmp_path))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert bench.run_or_load("03", lambda: pytest.fail("a suite must not run without a GPU")) == []
+    assert bench.run_or_load(
+        "03", lambda: pytest.fail("a suite must not run without a GPU")) == []
     assert "no results are recorded yet for chapter 03" in capsys.readouterr().out
-    for gpu, date in (("Tesla T4", "2026-01-02"), ("NVIDIA H100 80GB HBM3", "2026-03-04")):
+    for gpu, date in (("Tesla T4", "2026-01-02"),
+                      ("NVIDIA H100 80GB HBM3", "2026-03-04")):
         (tmp_path / "03").mkdir(exist_ok=True)
-        (tmp_path / "03" / f"{gpu}.json").write_text(json.dumps(fake_result("03", gpu, date).__dict__))
+        (tmp_path / "03" / f"{gpu}.json").write_text(
+            json.dumps(fake_result("03", gpu, date).__dict__))
     recorded = bench.run_or_load("03", None)
-    assert [r.machine["gpu"] for r in recorded] == ["NVIDIA H100 80GB HBM3", "Tesla T4"]   # newest first
-    assert "recorded results: chapter 03: NVIDIA H100 80GB HBM3 (sm_75)" in capsys.readouterr().out
+    assert [r.machine["gpu"] for r in recorded] == ["NVIDIA H100 80GB HBM3",
+                                                    "Tesla T4"]  # newest first
+    assert ("recorded results: chapter 03: NVIDIA H100 80GB HBM3 (sm_75)"
+            in capsys.readouterr().out)
 
 
 def test_figures_draw_every_implementation_that_ran():
     result = fake_result()
     ax = ab.plots.plot_times(result)
-    assert sorted(line.get_label() for line in ax.lines) == ["attnbook naive", "torch eager"]
+    assert sorted(line.get_label() for line in ax.lines) == ["attnbook naive",
+                                                             "torch eager"]
     assert list(ax.lines[0].get_xdata()) == [256, 512]
     ax = ab.plots.plot_speedups(result, "attnbook naive")
     assert [bar.get_height() for bar in ax.patches] == [4.0, 4.0]
@@ -98,19 +115,22 @@ def test_figures_draw_every_implementation_that_ran():
 
 
 def test_recorded_results_are_complete():
-    """Every recorded result file names its machine and versions and holds measured rows."""
+    """Every recorded result file names its machine and versions and holds measured
+    rows."""
     from attnbook.bench.suites import SUITES
     for path in sorted(RESULTS.glob("*/*.json")):
         data = json.loads(path.read_text())
         assert path.parent.name == data["chapter"] and data["chapter"] in SUITES, path
         for key in ("gpu", "capability", "torch", "cuda", "date", "peaks"):
             assert data["machine"].get(key), (path, key)
-        assert data["rows"] and all("impl" in r and "ms" in r for r in data["rows"]), path
+        assert data["rows"] and all("impl" in r and "ms" in r
+                                    for r in data["rows"]), path
         assert any(r["ms"] for r in data["rows"]), path
 
 
 def test_sweep_heatmap_places_each_tile_shape():
-    rows = [dict(impl="flash sweep", Br=br, Bc=bc, ms=float(br + bc), S=2048) for br in (32, 64) for bc in (16, 32, 64)]
+    rows = [dict(impl="flash sweep", Br=br, Bc=bc, ms=float(br + bc), S=2048)
+            for br in (32, 64) for bc in (16, 32, 64)]
     ax = ab.plots.plot_sweep(bench.Result("07", rows, dict(gpu="Tesla T4")))
     grid = ax.get_images()[0].get_array()
     assert grid.shape == (2, 3) and grid[1, 2] == 64 + 64 and grid[0, 0] == 32 + 16
@@ -118,8 +138,9 @@ def test_sweep_heatmap_places_each_tile_shape():
 
 
 def test_peak_memory_counts_what_the_call_allocates():
-    """Views of tensors made before the call cost nothing; the registered ops' workspaces
-    (the naive path's S×S scores) are counted although the op is one opaque call."""
+    """Views of tensors made before the call cost nothing; the registered ops'
+    workspaces (the naive path's S×S scores) are counted although the op is one opaque
+    call."""
     q = torch.randn(1, 2, 64, 32)
     assert ab.peak_memory(lambda: q.view(2, 64, 32).transpose(1, 2), "cpu")[0] == 0
     peak, _ = ab.peak_memory(lambda: ab.attention(q, q, q, impl="naive"), "cpu")
@@ -138,25 +159,32 @@ def test_recorded_results_ship_in_the_wheel(tmp_path):
     import zipfile
     root = pathlib.Path(__file__).resolve().parents[1]
     src = tmp_path / "src"
-    shutil.copytree(root, src, ignore=shutil.ignore_patterns(".git", "_build", "*.ipynb",
-                                                             "__pycache__", "*.egg-info"))
+    shutil.copytree(root, src, ignore=shutil.ignore_patterns(".git", "_build",
+                                                             "*.ipynb", "__pycache__",
+                                                             "*.egg-info"))
     results = src / "src" / "attnbook" / "bench" / "results" / "99"
     results.mkdir(parents=True, exist_ok=True)
     (results / "Tesla_T4.json").write_text(json.dumps(fake_result("99").__dict__))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp_path / "dist"), str(src)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                    "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"),
+                    str(src)], check=True)
     (wheel,) = (tmp_path / "dist").glob("attnbook-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for needed in ("attnbook/bench/results/99/Tesla_T4.json", "attnbook/kernels/flash_fp32.cu",
-                   "attnbook/kernels/mask.cuh", "attnbook/toolchain/include/attnbook_torch.h",
+    for needed in ("attnbook/bench/results/99/Tesla_T4.json",
+                   "attnbook/kernels/flash_fp32.cu",
+                   "attnbook/kernels/mask.cuh",
+                   "attnbook/toolchain/include/attnbook_torch.h",
                    "attnbook/toolchain/include/emulator/cassert"):
         assert needed in names, needed
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
-                    str(site), str(wheel)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q",
+                    "--target", str(site), str(wheel)], check=True)
     env = dict(os.environ, PYTHONPATH=str(site))
     env.pop("ATTNBOOK_RESULTS", None)
     out = subprocess.run([sys.executable, "-c", "import attnbook as ab; "
-                          "print(ab.__file__); print(ab.bench.load('99')[0].machine['gpu'])"],
-                         env=env, cwd=tmp_path, capture_output=True, text=True, check=True)
-    assert out.stdout.splitlines() == [str(site / "attnbook" / "__init__.py"), "Tesla T4"]
+                          "print(ab.__file__); "
+                          "print(ab.bench.load('99')[0].machine['gpu'])"],
+                         env=env, cwd=tmp_path, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.splitlines() == [str(site / "attnbook" / "__init__.py"),
+                                       "Tesla T4"]

@@ -30,13 +30,15 @@ def test_there_are_notebooks():
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_setup_cell_installs_from_the_configured_repository(nb):
-    assert install_target(nb) == repository(), f"{nb.name}: first cell must install attnbook from {repository()}"
+    assert install_target(nb) == repository(), (f"{nb.name}: first cell must install "
+                                                f"attnbook from {repository()}")
 
 
 def test_consistency_check_catches_a_wrong_url(tmp_path):
     nb = json.loads(NOTEBOOKS[0].read_text())
     first = next(c for c in nb["cells"] if c["cell_type"] == "code")
-    first["source"] = "".join(first["source"]).replace("github.com/", "github.com/someone-else/")
+    first["source"] = "".join(first["source"]).replace("github.com/",
+                                                       "github.com/someone-else/")
     bad = tmp_path / "bad.ipynb"
     bad.write_text(json.dumps(nb))
     assert install_target(bad) != repository()
@@ -47,11 +49,13 @@ def test_committed_executed_top_to_bottom(nb):
     cells = [c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
     counts = [c["execution_count"] for c in cells]
     assert None not in counts, f"{nb.name}: unexecuted cell"
-    assert counts == list(range(1, len(cells) + 1)), f"{nb.name}: not executed top to bottom once"
+    assert counts == list(range(1, len(cells) + 1)), (f"{nb.name}: not executed top to "
+                                                      "bottom once")
     for c in cells:
         for o in c["outputs"]:
             assert o["output_type"] != "error", f"{nb.name}: stored error"
-            assert not (o["output_type"] == "stream" and o["name"] == "stderr"), f"{nb.name}: stderr output"
+            assert not (o["output_type"] == "stream" and o["name"] == "stderr"), \
+                f"{nb.name}: stderr output"
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
@@ -62,14 +66,16 @@ def test_notebook_is_in_the_table_of_contents(nb):
 
 def markdown_text(nb_path):
     cells = json.loads(nb_path.read_text())["cells"]
-    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    return "\n".join("".join(c["source"]) for c in cells
+                     if c["cell_type"] == "markdown")
 
 
 def referenced_chapters(text):
-    """Chapter numbers and appendix letters a text refers to ("chapter 7", "chapters 2–5",
-    "chapters 4 and 7", "appendix A")."""
+    """Chapter numbers and appendix letters a text refers to ("chapter 7", "chapters
+    2–5", "chapters 4 and 7", "appendix A")."""
     found = set()
-    for m in re.finditer(r"[Cc]hapters? (\d+)(?:\s*(?:–|-|to)\s*(\d+))?((?:(?:, | and )\d+)*)",
+    for m in re.finditer(r"[Cc]hapters? (\d+)(?:\s*(?:–|-|to)\s*(\d+))?"
+                         r"((?:(?:, | and )\d+)*)",
                          text):
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         found |= {f"{n:02d}" for n in range(lo, hi + 1)}
@@ -84,7 +90,8 @@ def test_cross_references_point_to_pages_in_the_toc():
     for path in NOTEBOOKS + [ROOT / "book" / "intro.md"]:
         text = markdown_text(path) if path.suffix == ".ipynb" else path.read_text()
         missing = referenced_chapters(text) - pages
-        assert not missing, f"{path.name} refers to pages not in the book: {sorted(missing)}"
+        assert not missing, (f"{path.name} refers to pages not in the book: "
+                             f"{sorted(missing)}")
 
 
 def test_reference_finder_sees_each_form():
@@ -95,8 +102,9 @@ def test_reference_finder_sees_each_form():
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_no_build_noise_in_stored_outputs(nb):
-    """Build progress is one whole line per build (never a partial line that splits a cell's
-    output into boxes), and compiler warnings or ninja logs never reach a stored output."""
+    """Build progress is one whole line per build (never a partial line that splits a
+    cell's output into boxes), and compiler warnings or ninja logs never reach a stored
+    output."""
     for c in json.loads(nb.read_text())["cells"]:
         for o in c.get("outputs", []):
             if o["output_type"] != "stream":
@@ -108,8 +116,8 @@ def test_no_build_noise_in_stored_outputs(nb):
 
 
 def test_code_a_reader_sees_fits_88_columns():
-    """The book's text column is about 88 characters wide: notebook code, the kernel files
-    and every code block a notebook displays (show_kernel, show_source) fit it."""
+    """The book's text column is about 88 characters wide: notebook code, the kernel
+    files and every code block a notebook displays (show_kernel, show_source) fit it."""
     too_long = []
     kernels = ROOT / "src" / "attnbook" / "kernels"
     for path in sorted(kernels.iterdir()):

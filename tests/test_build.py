@@ -1,5 +1,6 @@
-"""compile(): the source transform, both context-switch implementations, error reporting,
-and the nvcc compile check of every kernel file for the three architectures the book targets."""
+"""compile(): the source transform, both context-switch implementations, error
+reporting, and the nvcc compile check of every kernel file for the three architectures
+the book targets."""
 import pathlib
 import re
 import time
@@ -16,7 +17,7 @@ KERNEL_FILES = sorted(KERNEL_DIR.glob("*.cu")) + [HERE / "selftest.cu"]
 ARCHS = ["sm_75", "sm_80", "sm_90"]
 
 
-# ---- the source transform --------------------------------------------------------------------
+# ---- the source transform ------------------------------------------------------------
 def test_transform_keeps_every_line():
     src = (HERE / "selftest.cu").read_text()
     out = emulator.to_cpp(src)
@@ -51,7 +52,8 @@ def test_transform_of_shared_declarations():
 }"""
     out = emulator.to_cpp(src).splitlines()
     assert "float* const smem = reinterpret_cast<float*>(" in out[1]
-    assert "poison_static_shared(&a, sizeof(a))" in out[2] and "poison_static_shared(&b, sizeof(b))" in out[2]
+    assert ("poison_static_shared(&a, sizeof(a))" in out[2]
+            and "poison_static_shared(&b, sizeof(b))" in out[2])
     assert "poison_static_shared(&c, sizeof(c))" in out[3]
 
 
@@ -60,7 +62,7 @@ def test_unterminated_launch_is_a_compile_error():
         ab.compile("broken", "\nk<<<1, 1(x);\n", "", ["f"], backend="emulator")
 
 
-# ---- compile errors point at the reader's line -------------------------------------------------
+# ---- compile errors point at the reader's line ---------------------------------------
 def test_compile_error_is_short_and_points_at_the_line():
     src = "__global__ void k(float* x) {\n  x[0] = 1.f;\n  y[0] = 2.f;\n}\n"
     with pytest.raises(ab.CompileError) as e:
@@ -91,15 +93,16 @@ def test_bad_arguments():
         ab.kernel_source("nope.cu")
 
 
-# ---- the portable context switch gives the same answers -----------------------------------------
+# ---- the portable context switch gives the same answers ------------------------------
 def test_ucontext_fallback_beside_the_assembly_switch():
-    """Two extensions with differently built emulators live in one process, each with its
-    own emulator state."""
+    """Two extensions with differently built emulators live in one process, each with
+    its own emulator state."""
     asm = ab.compile("selftest", (HERE / "selftest.cu").read_text(),
-                     (HERE / "selftest_wrapper.cpp").read_text(), ["run"], backend="emulator")
+                     (HERE / "selftest_wrapper.cpp").read_text(), ["run"],
+                     backend="emulator")
     ext = ab.compile("selftest_ucontext", (HERE / "selftest.cu").read_text(),
-                     (HERE / "selftest_wrapper.cpp").read_text(), ["run"], backend="emulator",
-                     extra_cflags=["-DATTNBOOK_EMU_UCONTEXT"])
+                     (HERE / "selftest_wrapper.cpp").read_text(), ["run"],
+                     backend="emulator", extra_cflags=["-DATTNBOOK_EMU_UCONTEXT"])
     x = torch.arange(2 * 100, dtype=torch.float32).reshape(2, 100)
     with ab.thread_order("shuffle", 4):
         out = torch.zeros(2)
@@ -113,15 +116,17 @@ def test_ucontext_fallback_beside_the_assembly_switch():
             torch.testing.assert_close(out, x.sum(1))
 
 
-# ---- every kernel file compiles for the GPUs the book targets ----------------------------------
-@pytest.mark.skipif(find_nvcc() is None, reason="nvcc (CUDA toolkit) not installed: compile check skipped")
+# ---- every kernel file compiles for the GPUs the book targets ------------------------
+@pytest.mark.skipif(find_nvcc() is None,
+                    reason="nvcc (CUDA toolkit) not installed: compile check skipped")
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("path", KERNEL_FILES, ids=lambda p: p.name)
 def test_kernel_file_compiles_with_nvcc(path, arch):
     report = ab.ptxas_report(path.read_text(), arch)
     assert report, f"{path.name}: no kernels found by ptxas"
     for kernel, r in report.items():
-        assert r["registers"] > 0 and r["spill_stores"] >= 0 and r["shared_bytes"] >= 0, kernel
+        assert (r["registers"] > 0 and r["spill_stores"] >= 0
+                and r["shared_bytes"] >= 0), kernel
 
 
 def test_ptxas_report_has_the_numbers_a_chapter_shows():
@@ -132,18 +137,20 @@ def test_ptxas_report_has_the_numbers_a_chapter_shows():
     assert r["shared_bytes"] == 256 * 4 and r["spill_stores"] == 0
 
 
-# ---- the extension cache: a new process loads what an earlier one built -----------------------
+# ---- the extension cache: a new process loads what an earlier one built --------------
 def test_cached_extension_loads_in_a_new_process_without_rebuilding(tmp_path):
     import os
     import subprocess
     import sys
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path))
-    script = "import torch, attnbook as ab; print(ab.softmax(torch.ones(2, 3)).sum().item())"
-    run = lambda: subprocess.run([sys.executable, "-c", script], env=env, check=True,  # noqa
-                                 capture_output=True, text=True)
+    script = ("import torch, attnbook as ab; "
+              "print(ab.softmax(torch.ones(2, 3)).sum().item())")
+    run = lambda: subprocess.run([sys.executable, "-c", script], env=env,  # noqa
+                                 check=True, capture_output=True, text=True)
     assert run().stdout.endswith("2.0\n")
     (build,) = tmp_path.glob("softmax_emulator_*")
-    built = {p.name: p.stat().st_mtime_ns for p in build.iterdir() if p.suffix in (".o", ".so")}
+    built = {p.name: p.stat().st_mtime_ns for p in build.iterdir()
+             if p.suffix in (".o", ".so")}
     assert len(built) == 2
     start = time.perf_counter()
     assert run().stdout.endswith("2.0\n")
@@ -157,8 +164,9 @@ def test_cached_extension_loads_in_a_new_process_without_rebuilding(tmp_path):
 
 
 def test_cuda_sources_name_only_files_that_exist(monkeypatch, tmp_path):
-    """nvcc's dependency file names the sources the CUDA build includes; a name that is not a
-    file (a '#line 1 "x.cu"' directive once was) makes ninja rebuild in every process."""
+    """nvcc's dependency file names the sources the CUDA build includes; a name that is
+    not a file (a '#line 1 "x.cu"' directive once was) makes ninja rebuild in every
+    process."""
     import torch.utils.cpp_extension as ce
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     calls = []
@@ -171,7 +179,7 @@ def test_cuda_sources_name_only_files_that_exist(monkeypatch, tmp_path):
     (included,) = re.findall(r'#include "([^"]+)"', cu)
     path = tmp_path / calls[0]["name"] / included
     assert path.read_text() == source
-    assert calls[1] == calls[0]                      # the same build, and the file untouched:
+    assert calls[1] == calls[0]  # the same build, and the file untouched:
     first = path.stat().st_mtime_ns
     ab.compile("softmax", source, "", ["f"], backend="cuda", arch="sm_80")
     assert path.stat().st_mtime_ns == first
@@ -179,20 +187,23 @@ def test_cuda_sources_name_only_files_that_exist(monkeypatch, tmp_path):
 
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc (CUDA toolkit) not installed")
 def test_nvcc_check_compiles_the_host_pass_too():
-    host_error = "__global__ void k() {}\nvoid launch() { k<<<1, 1>>>(); undeclared(); }\n"
+    host_error = ("__global__ void k() {}\n"
+                  "void launch() { k<<<1, 1>>>(); undeclared(); }\n")
     with pytest.raises(ab.CompileError, match="undeclared"):
         ab.ptxas_report(host_error, "sm_80")
 
 
-# ---- python -m attnbook.toolchain.cuda_build_check ----------------------------------------------
+# ---- python -m attnbook.toolchain.cuda_build_check -----------------------------------
 def test_cuda_build_check_finds_the_notebooks_extensions(tmp_path):
-    """Both kinds of extension a notebook builds are found: compile() calls (recorded, not
-    built) and dicts of load_inline arguments that a notebook without a GPU only shows."""
+    """Both kinds of extension a notebook builds are found: compile() calls
+    (recorded, not built) and dicts of load_inline arguments that a notebook without a
+    GPU only shows."""
     import nbformat
     from attnbook.toolchain import cuda_build_check
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         'import attnbook as ab\n'
-        'plain = dict(name="plain", cpp_sources="", cuda_sources="__global__ void k() {}")\n'
+        'plain = dict(name="plain", cpp_sources="", '
+        'cuda_sources="__global__ void k() {}")\n'
         'ext = ab.compile("mine", "__global__ void k() {}", "", ["f"])\n'
         'ext.f()   # fails: compile() only recorded the call')])
     path = tmp_path / "nb.ipynb"
@@ -204,7 +215,8 @@ def test_cuda_build_check_finds_the_notebooks_extensions(tmp_path):
     assert len(calls) == 2
 
 
-@pytest.mark.skipif(torch.version.cuda is not None, reason="checks the refusal on CPU torch")
+@pytest.mark.skipif(torch.version.cuda is not None,
+                    reason="checks the refusal on CPU torch")
 def test_cuda_build_check_needs_a_cuda_build_of_torch(capsys):
     from attnbook.toolchain import cuda_build_check
     assert cuda_build_check.main(["--no-notebooks"]) == 2

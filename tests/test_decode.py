@@ -1,6 +1,7 @@
-"""Decoding with a KV cache (chapter 9): the append kernel, the decode kernel, split-K and its
-combine, contiguous and paged caches, against the float64 reference under every thread
-order; the page allocator; the split heuristic; bad input refused before any launch."""
+"""Decoding with a KV cache (chapter 9): the append kernel, the decode kernel, split-K
+and its combine, contiguous and paged caches, against the float64 reference under every
+thread order; the page allocator; the split heuristic; bad input refused before any
+launch."""
 import math
 
 import pytest
@@ -14,17 +15,20 @@ from attnbook.reference.decode import attention_with_kvcache_reference
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 11)]
 NAN = float("nan")
 # Output tolerances per dtype (the log-sum-exp is float32 for every dtype).
-TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float16: dict(rtol=2e-3, atol=2e-3),
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5),
+       torch.float16: dict(rtol=2e-3, atol=2e-3),
        torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
-BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+BITS = {torch.float32: torch.int32, torch.float16: torch.int16,
+        torch.bfloat16: torch.int16}
 
 
 def make_cache(B, Hkv, D, lengths, *, max_len, dtype=torch.float32, block_size=None,
                spare_pages=3, seed=0):
     """Caches holding random keys and values at the first lengths[b] positions of each
-    sequence and NaN everywhere else (a kernel reading a slot it should not would show it).
-    Contiguous [B, Hkv, max_len, D], or with ``block_size`` a pool of pages in shuffled order
-    with spare pages, and its block table. Returns (k_cache, v_cache, block_table)."""
+    sequence and NaN everywhere else (a kernel reading a slot it should not would show
+    it). Contiguous [B, Hkv, max_len, D], or with ``block_size`` a pool of pages in
+    shuffled order with spare pages, and its block table. Returns (k_cache, v_cache,
+    block_table)."""
     g = torch.Generator().manual_seed(seed)
     table = None
     if block_size is None:
@@ -51,10 +55,11 @@ def assert_same_bits(a, b):
     assert torch.equal(a.view(BITS[a.dtype]), b.view(BITS[b.dtype]))
 
 
-# (B, H, Hkv, Sq, D, dtype, block_size, append, causal, max_len, lengths, splits): lengths
-# before the append. Lengths 0 and 1, page boundaries ± 1 (totals 15, 16, 17, 32, 33),
-# the full capacity, grouped heads (G = 1, 2, 4, 8), G·Sq = 64 (two row groups), block
-# sizes 16, 5 and 1, splits from 1 to 128 (more splits than tiles), the heuristic (None).
+# (B, H, Hkv, Sq, D, dtype, block_size, append, causal, max_len, lengths, splits):
+# lengths before the append. Lengths 0 and 1, page boundaries ± 1 (totals 15, 16, 17,
+# 32, 33), the full capacity, grouped heads (G = 1, 2, 4, 8), G·Sq = 64
+# (two row groups), block sizes 16, 5 and 1, splits from 1 to 128 (more splits than
+# tiles), the heuristic (None).
 CASES = {
     "contiguous fp32 Sq=1": (3, 4, 2, 1, 32, torch.float32, None, True, True, 100,
                              [0, 1, 99], [1, 2, 7]),
@@ -62,36 +67,38 @@ CASES = {
                                [11, 29, 60], [1, 4, None]),
     "paged fp16 two row groups": (2, 8, 1, 8, 64, torch.float16, 16, True, True, 48,
                                   [8, 25], [1, 3]),
-    "contiguous bf16 no append": (2, 2, 2, 3, 64, torch.bfloat16, None, False, False, 70,
-                                  [1, 70], [1, 2]),
+    "contiguous bf16 no append": (2, 2, 2, 3, 64, torch.bfloat16, None, False, False,
+                                  70, [1, 70], [1, 2]),
     "paged fp32 odd pages, many splits": (2, 4, 2, 2, 128, torch.float32, 5, True, True,
                                           40, [0, 33], [1, 128]),
-    "paged fp32 page of one": (2, 2, 1, 1, 32, torch.float32, 1, True, True, 20, [16, 19],
-                               [1, 5]),
+    "paged fp32 page of one": (2, 2, 1, 1, 32, torch.float32, 1, True, True, 20,
+                               [16, 19], [1, 5]),
     "contiguous fp16 head_dim 96": (1, 2, 1, 1, 96, torch.float16, None, True, True, 50,
                                     [49], [None, 2]),
     "contiguous fp32 queries before every key": (2, 2, 1, 3, 32, torch.float32, None,
                                                  False, True, 8, [0, 2], [1, 2]),
-    # 32 rows at D = 128: the block's shared memory is 48 KB, CUDA's limit without opt-in.
-    "paged bf16 multi-query, 32 heads": (1, 32, 1, 1, 128, torch.bfloat16, 16, True, True,
-                                         40, [33], [1, 2]),
+    # 32 rows at D = 128: the block's shared memory is 48 KB, CUDA's limit without
+    # opt-in.
+    "paged bf16 multi-query, 32 heads": (1, 32, 1, 1, 128, torch.bfloat16, 16, True,
+                                         True, 40, [33], [1, 2]),
 }
 
 
 @pytest.mark.parametrize("order", ORDERS, ids=lambda o: o[0])
 @pytest.mark.parametrize("case", list(CASES))
 def test_matches_reference(case, order):
-    B, H, Hkv, Sq, D, dtype, block_size, append, causal, max_len, lengths, splits = CASES[case]
-    k_cache, v_cache, table = make_cache(B, Hkv, D, lengths, max_len=max_len, dtype=dtype,
-                                         block_size=block_size)
+    (B, H, Hkv, Sq, D, dtype, block_size, append, causal, max_len, lengths,
+     splits) = CASES[case]
+    k_cache, v_cache, table = make_cache(B, Hkv, D, lengths, max_len=max_len,
+                                         dtype=dtype, block_size=block_size)
     g = torch.Generator().manual_seed(1)
     q = torch.randn(B, H, Sq, D, generator=g).to(dtype)
-    k, v = (torch.randn(B, Hkv, Sq, D, generator=g).to(dtype) for _ in range(2)) if append \
-        else (None, None)
+    k, v = (torch.randn(B, Hkv, Sq, D, generator=g).to(dtype) for _ in range(2)) \
+        if append else (None, None)
     seqlens = torch.tensor(lengths, dtype=torch.int32)
     want, want_lse, want_k, want_v = attention_with_kvcache_reference(
-        q, k_cache, v_cache, k, v, cache_seqlens=seqlens, block_table=table, causal=causal,
-        return_lse=True, return_caches=True)
+        q, k_cache, v_cache, k, v, cache_seqlens=seqlens, block_table=table,
+        causal=causal, return_lse=True, return_caches=True)
     for num_splits in splits:
         kc, vc = k_cache.clone(), v_cache.clone()
         with ab.thread_order(*order):
@@ -109,15 +116,16 @@ def test_sequence_without_keys_gives_zeros():
     k_cache, v_cache, _ = make_cache(2, 1, 32, [0, 10], max_len=16)
     q = torch.randn(2, 2, 1, 32)
     for splits in (1, 3):
-        o, lse = ab.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=torch.tensor(
-            [0, 10]), num_splits=splits, return_softmax_lse=True)
+        o, lse = ab.attention_with_kvcache(q, k_cache, v_cache,
+                                           cache_seqlens=torch.tensor([0, 10]),
+                                           num_splits=splits, return_softmax_lse=True)
         assert (o[0] == 0).all() and (lse[0] == -math.inf).all()
         assert torch.isfinite(o[1]).all() and torch.isfinite(lse[1]).all()
 
 
 def test_nan_propagates_and_masked_keys_take_no_part():
-    """A NaN in an attended key makes its rows NaN (as SDPA); an inf in the value of a key
-    the causal mask hides from query 0 changes nothing for query 0."""
+    """A NaN in an attended key makes its rows NaN (as SDPA); an inf in the value of a
+    key the causal mask hides from query 0 changes nothing for query 0."""
     k_cache, v_cache, _ = make_cache(2, 1, 32, [6, 6], max_len=16)
     k_cache[0, 0, 3, 5] = NAN
     q = torch.randn(2, 1, 2, 32)
@@ -141,7 +149,8 @@ def test_splits_agree_with_one_split():
                                     block_table=table, num_splits=1)
     for splits in (2, 3, 4, 16):
         torch.testing.assert_close(ab.attention_with_kvcache(
-            q, k_cache, v_cache, cache_seqlens=lens, block_table=table, num_splits=splits),
+            q, k_cache, v_cache, cache_seqlens=lens, block_table=table,
+            num_splits=splits),
             one, rtol=1e-5, atol=1e-6)
 
 
@@ -157,8 +166,8 @@ def test_int64_lengths_and_block_table_and_int_seqlens():
 
 
 def test_strided_views_and_scale():
-    """A [B, S, H, D] buffer viewed as [B, H, S, D] works as q, as new keys, and as a cache
-    written in place."""
+    """A [B, S, H, D] buffer viewed as [B, H, S, D] works as q, as new keys, and as a
+    cache written in place."""
     g = torch.Generator().manual_seed(3)
     kc_bshd = torch.randn(2, 40, 2, 32, generator=g)
     vc_bshd = torch.randn(2, 40, 2, 32, generator=g)
@@ -167,7 +176,8 @@ def test_strided_views_and_scale():
     k = torch.randn(2, 3, 2, 32, generator=g).transpose(1, 2)
     v = torch.randn(2, 3, 2, 32, generator=g).transpose(1, 2)
     want, want_k, _ = attention_with_kvcache_reference(
-        q, kc, vc, k, v, cache_seqlens=torch.tensor([4, 30]), scale=0.3, return_caches=True)
+        q, kc, vc, k, v, cache_seqlens=torch.tensor([4, 30]), scale=0.3,
+        return_caches=True)
     o = ab.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=torch.tensor([4, 30]),
                                   scale=0.3)
     torch.testing.assert_close(o.double(), want, rtol=1e-4, atol=1e-5)
@@ -188,11 +198,11 @@ def test_append_alone():
     assert_same_bits(v_cache, want_v)
 
 
-# ---- the page allocator ----------------------------------------------------------------
+# ---- the page allocator --------------------------------------------------------------
 def test_paged_cache_decodes_like_the_reference_as_sequences_come_and_go():
     """Prefill, decode steps, a sequence freed and a new one started in its slot: pages
-    return to the free list and are reused out of order; every step matches the reference
-    on the pages as they are."""
+    return to the free list and are reused out of order; every step matches the
+    reference on the pages as they are."""
     g = torch.Generator().manual_seed(5)
     cache = ab.PagedKVCache(12, 2, 32, max_seqs=2, max_blocks_per_seq=5, block_size=4,
                             generator=torch.Generator().manual_seed(0))
@@ -204,7 +214,8 @@ def test_paged_cache_decodes_like_the_reference_as_sequences_come_and_go():
             assert len(cache.free_pages) > before and cache.lengths[1] == 0
             continue
         q = torch.randn(2, 4, step, 32, generator=g)
-        k, v = torch.randn(2, 2, step, 32, generator=g), torch.randn(2, 2, step, 32, generator=g)
+        k, v = (torch.randn(2, 2, step, 32, generator=g),
+                torch.randn(2, 2, step, 32, generator=g))
         for seq in range(2):
             cache.reserve(seq, step)
         want = attention_with_kvcache_reference(
@@ -215,7 +226,8 @@ def test_paged_cache_decodes_like_the_reference_as_sequences_come_and_go():
         torch.testing.assert_close(o.double(), want, rtol=1e-4, atol=1e-5)
         assert cache.lengths == [n + step for n in lengths]
     assert cache.lengths == [12, 5]
-    assert sorted(cache.pages[0]) != cache.pages[0] or cache.pages[1] != sorted(cache.pages[1])
+    assert (sorted(cache.pages[0]) != cache.pages[0]
+            or cache.pages[1] != sorted(cache.pages[1]))
     used = cache.pages[0] + cache.pages[1]
     assert len(set(used)) == len(used) == 3 + 2   # 12 and 5 tokens in pages of 4
     assert len(cache.free_pages) == 12 - len(used)
@@ -236,11 +248,11 @@ def test_allocator_runs_out_cleanly():
         cache.free(2)
 
 
-# ---- the split heuristic ------------------------------------------------------------------
+# ---- the split heuristic -------------------------------------------------------------
 def test_split_heuristic():
     assert num_splits_heuristic(blocks=108, key_chunks=64, num_sms=108) == 1   # full
     assert num_splits_heuristic(blocks=87, key_chunks=64, num_sms=108) == 1    # ≥ 80%
-    assert num_splits_heuristic(blocks=8, key_chunks=1, num_sms=108) == 1      # one chunk
+    assert num_splits_heuristic(blocks=8, key_chunks=1, num_sms=108) == 1    # one chunk
     s = num_splits_heuristic(blocks=8, key_chunks=64, num_sms=108)
     assert 8 <= s <= 64 and 8 * s / 108 <= math.ceil(8 * s / 108)
     assert num_splits_heuristic(blocks=1, key_chunks=1000, num_sms=132) <= 128
@@ -250,21 +262,24 @@ def test_split_heuristic():
     assert EMULATED_SM_COUNT == 108
 
 
-# ---- registered ops: meta and fake tensors -----------------------------------------------
+# ---- registered ops: meta and fake tensors -------------------------------------------
 def test_meta_and_fake_tensors():
     from torch._subclasses.fake_tensor import FakeTensorMode
     q = torch.empty(2, 4, 1, 64, device="meta")
     kc = torch.empty(2, 2, 50, 64, device="meta")
-    o = ab.attention_with_kvcache(q, kc, torch.empty_like(kc), cache_seqlens=torch.zeros(
-        2, dtype=torch.int32, device="meta"), num_splits=2)
+    o = ab.attention_with_kvcache(q, kc, torch.empty_like(kc),
+                                  cache_seqlens=torch.zeros(2, dtype=torch.int32,
+                                                            device="meta"),
+                                  num_splits=2)
     assert o.shape == q.shape and o.device.type == "meta"
     with FakeTensorMode():
         q = torch.empty(2, 4, 1, 64, dtype=torch.float16)
         kc = torch.empty(9, 2, 16, 64, dtype=torch.float16)
         o, lse = torch.ops.attnbook.decode_attention(
-            q, kc, kc, torch.zeros(2, dtype=torch.int32), torch.zeros(2, 3, dtype=torch.int32),
-            0, 4, True, 0.125)
-        assert o.shape == q.shape and o.dtype == torch.float16 and lse.dtype == torch.float32
+            q, kc, kc, torch.zeros(2, dtype=torch.int32),
+            torch.zeros(2, 3, dtype=torch.int32), 0, 4, True, 0.125)
+        assert (o.shape == q.shape and o.dtype == torch.float16
+                and lse.dtype == torch.float32)
     for name in ("kv_cache_append", "decode_attention"):
         assert hasattr(torch.ops.attnbook, name)
 
@@ -273,24 +288,26 @@ def test_empty_shapes():
     kc = torch.zeros(2, 2, 8, 32)
     for q, lens in ((torch.zeros(2, 4, 0, 32), [1, 2]), (torch.zeros(0, 4, 1, 32), [])):
         b = q.shape[0]
-        o = ab.attention_with_kvcache(q, kc[:b], kc[:b].clone(), cache_seqlens=torch.tensor(
-            lens, dtype=torch.int32))
+        o = ab.attention_with_kvcache(q, kc[:b], kc[:b].clone(),
+                                      cache_seqlens=torch.tensor(lens,
+                                                                 dtype=torch.int32))
         assert o.shape == q.shape
 
 
 def test_registered_ops_under_torch_compile():
-    """The append declares that it mutates the caches: compiled with fullgraph, the two ops
-    give the same output and the same caches as eager."""
+    """The append declares that it mutates the caches: compiled with fullgraph, the two
+    ops give the same output and the same caches as eager."""
     from attnbook.ops.decode import decode_attention
     from attnbook.ops.kv_cache import kv_cache_append_op
 
     def step(q, kc, vc, k, v, lens):
         kv_cache_append_op(kc, vc, k, v, lens, None)
-        return decode_attention(q, kc, vc, lens, None, k.shape[2], 2, True, 0.125)[0] * 2
+        return decode_attention(q, kc, vc, lens, None, k.shape[2], 2, True,
+                                0.125)[0] * 2
 
     g = torch.Generator().manual_seed(4)
-    q, kc, vc = torch.randn(2, 4, 1, 64, generator=g), torch.randn(2, 2, 20, 64, generator=g), \
-        torch.randn(2, 2, 20, 64, generator=g)
+    q, kc, vc = torch.randn(2, 4, 1, 64, generator=g), \
+        torch.randn(2, 2, 20, 64, generator=g), torch.randn(2, 2, 20, 64, generator=g)
     k, v = torch.randn(2, 2, 1, 64, generator=g), torch.randn(2, 2, 1, 64, generator=g)
     lens = torch.tensor([3, 9], dtype=torch.int32)
     eager_k, eager_v = kc.clone(), vc.clone()
@@ -298,10 +315,11 @@ def test_registered_ops_under_torch_compile():
     torch._dynamo.reset()
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
     got = compiled(q, kc, vc, k, v, lens)
-    assert torch.equal(got, want) and torch.equal(kc, eager_k) and torch.equal(vc, eager_v)
+    assert (torch.equal(got, want) and torch.equal(kc, eager_k)
+            and torch.equal(vc, eager_v))
 
 
-# ---- bad input: a clear error before any launch, the cache untouched ---------------------
+# ---- bad input: a clear error before any launch, the cache untouched -----------------
 def _bad_cases():
     kc = torch.zeros(2, 2, 16, 32)
     pool = torch.zeros(6, 2, 4, 32)
@@ -318,8 +336,8 @@ def _bad_cases():
         r"cache_seqlens\[1\] = 15 plus 2 new tokens exceeds the cache's capacity of 16"
     yield "negative length", with_(cache_seqlens=torch.tensor([0, -1])), ValueError, \
         r"cache_seqlens\[1\] = -1 is negative"
-    yield "huge int64 length", with_(cache_seqlens=torch.tensor([2**40, 0])), ValueError, \
-        "exceeds the cache's capacity"
+    yield "huge int64 length", with_(cache_seqlens=torch.tensor([2**40, 0])), \
+        ValueError, "exceeds the cache's capacity"
     yield "huge int length", with_(cache_seqlens=2**70), ValueError, "exceeds the cache"
     yield "float lengths", with_(cache_seqlens=torch.tensor([0.0, 3.0])), TypeError, \
         "cache_seqlens must be an int32 or int64 tensor"
@@ -329,7 +347,8 @@ def _bad_cases():
         [[0, 1, 2, 3], [4, 6, 0, 1]], dtype=torch.int32)), ValueError, \
         r"block_table\[1, 1\] = 6 is outside the pool of 6 pages"
     yield "negative page", with_(paged, block_table=torch.tensor(
-        [[-1, 1, 2, 3], [4, 5, 0, 1]], dtype=torch.int32)), ValueError, "outside the pool"
+        [[-1, 1, 2, 3], [4, 5, 0, 1]], dtype=torch.int32)), ValueError, \
+        "outside the pool"
     yield "huge int64 page", with_(paged, block_table=torch.tensor(
         [[2**33, 1, 2, 3], [4, 5, 0, 1]])), ValueError, "outside the pool"
     yield "page shared by two writers", with_(paged, block_table=torch.tensor(
@@ -349,13 +368,15 @@ def _bad_cases():
         "a contiguous cache is"
     yield "cache shapes differ", with_(v_cache=kc[:, :, :8]), ValueError, \
         "k_cache and v_cache must have one shape"
-    yield "cache head_dim", with_(k_cache=kc[..., :16], v_cache=kc[..., :16].clone()), ValueError, \
-        "head_dim must be q's D=32"
-    yield "cache 3-D", with_(k_cache=kc[0], v_cache=kc[0].clone()), ValueError, "k_cache must be 4-D"
-    yield "cache device", with_(k_cache=kc.to("meta"), v_cache=kc.to("meta")), ValueError, \
-        "all tensors must be on one device"
-    yield "cache head dim strided", with_(k_cache=torch.zeros(2, 2, 16, 64)[..., ::2],
-                                          v_cache=torch.zeros(2, 2, 16, 64)[..., ::2]), \
+    yield "cache head_dim", with_(k_cache=kc[..., :16], v_cache=kc[..., :16].clone()), \
+        ValueError, "head_dim must be q's D=32"
+    yield "cache 3-D", with_(k_cache=kc[0], v_cache=kc[0].clone()), ValueError, \
+        "k_cache must be 4-D"
+    yield "cache device", with_(k_cache=kc.to("meta"), v_cache=kc.to("meta")), \
+        ValueError, "all tensors must be on one device"
+    yield "cache head dim strided", \
+        with_(k_cache=torch.zeros(2, 2, 16, 64)[..., ::2],
+              v_cache=torch.zeros(2, 2, 16, 64)[..., ::2]), \
         ValueError, "head dimension must be contiguous"
     yield "same cache twice", with_(v_cache=kc), ValueError, "different tensors"
     yield "heads", with_(q=torch.zeros(2, 3, 2, 32)), ValueError, "multiple of"
@@ -366,11 +387,14 @@ def _bad_cases():
     yield "q 3-D", with_(q=q[0]), ValueError, r"q must be \[B, H, Sq, D\]"
     yield "q not a tensor", with_(q=[1.0]), TypeError, "q must be a tensor"
     yield "q int", with_(q=q.int()), TypeError, "q must be float32"
-    yield "head_dim 40", with_(q=torch.zeros(2, 4, 2, 40), k_cache=torch.zeros(2, 2, 16, 40),
-                               v_cache=torch.zeros(2, 2, 16, 40), k=torch.zeros(2, 2, 2, 40),
+    yield "head_dim 40", with_(q=torch.zeros(2, 4, 2, 40),
+                               k_cache=torch.zeros(2, 2, 16, 40),
+                               v_cache=torch.zeros(2, 2, 16, 40),
+                               k=torch.zeros(2, 2, 2, 40),
                                v=torch.zeros(2, 2, 2, 40)), ValueError, \
         "head_dim 40 is not supported by the decode kernel"
-    yield "num_splits 0", with_(num_splits=0), ValueError, "num_splits must be a positive"
+    yield "num_splits 0", with_(num_splits=0), ValueError, \
+        "num_splits must be a positive"
     yield "num_splits 129", with_(num_splits=129), ValueError, "at most 128"
     yield "num_splits bool", with_(num_splits=True), ValueError, "num_splits"
     yield "causal", with_(causal=1), TypeError, "causal must be a bool"
@@ -382,7 +406,8 @@ BAD = list(_bad_cases())
 
 @pytest.mark.parametrize("name,kwargs,error,match", BAD, ids=[b[0] for b in BAD])
 def test_bad_input_is_refused_before_any_write(name, kwargs, error, match):
-    caches = [kwargs[n] for n in ("k_cache", "v_cache") if isinstance(kwargs.get(n), torch.Tensor)]
+    caches = [kwargs[n] for n in ("k_cache", "v_cache")
+              if isinstance(kwargs.get(n), torch.Tensor)]
     before = [c.clone() for c in caches if c.device.type != "meta"]
     with pytest.raises(error, match=match):
         ab.attention_with_kvcache(**kwargs)

@@ -1,4 +1,5 @@
-"""The occupancy rules against values of CUDA's occupancy calculator, and the diagrams."""
+"""The occupancy rules against values of CUDA's occupancy calculator, and the
+diagrams."""
 import matplotlib
 import pytest
 
@@ -9,13 +10,13 @@ matplotlib.use("Agg")
 
 
 @pytest.mark.parametrize("regs,smem,threads,arch,blocks,bound,occupancy", [
-    (32, 0, 256, "sm_80", 8, "registers", 1.0),          # 1024 registers a warp: 64 warps
+    (32, 0, 256, "sm_80", 8, "registers", 1.0),        # 1024 registers a warp: 64 warps
     (64, 0, 128, "sm_80", 8, "registers", 0.5),
-    (232, 16384, 64, "sm_80", 4, "registers", 0.125),    # chapter 7's kernel at d = 64
+    (232, 16384, 64, "sm_80", 4, "registers", 0.125),  # chapter 7's kernel at d = 64
     (32, 48 * 1024, 256, "sm_80", 3, "shared memory", 0.375),   # 49 KB + 1 KB reserved
-    (32, 0, 256, "sm_75", 4, "threads", 1.0),            # Turing: 1024 threads an SM
-    (16, 0, 32, "sm_90", 32, "blocks", 0.5),             # at most 32 blocks an SM
-    (33, 0, 32, "sm_80", 32, "blocks", 0.5),             # 33 × 32 rounds up to 1280
+    (32, 0, 256, "sm_75", 4, "threads", 1.0),          # Turing: 1024 threads an SM
+    (16, 0, 32, "sm_90", 32, "blocks", 0.5),           # at most 32 blocks an SM
+    (33, 0, 32, "sm_80", 32, "blocks", 0.5),           # 33 × 32 rounds up to 1280
 ])
 def test_occupancy_calculator(regs, smem, threads, arch, blocks, bound, occupancy):
     occ = ab.occupancy(regs, smem, threads, arch)
@@ -29,9 +30,10 @@ def test_occupancy_rejects_unknown_architectures():
 
 
 def test_diagrams_draw():
-    assert len(diagrams.score_grid(sq=40, sk=56).patches) > 12     # 3 × 4 blocks and more
+    assert len(diagrams.score_grid(sq=40, sk=56).patches) > 12   # 3 × 4 blocks and more
     assert diagrams.gemm_tiles().patches and diagrams.flash_schedule().patches
-    ax = diagrams.roofline("A100-SXM4-80GB", points=[("x", 16.0, None), ("y", 100.0, 5.0)])
+    ax = diagrams.roofline("A100-SXM4-80GB",
+                           points=[("x", 16.0, None), ("y", 100.0, 5.0)])
     fp32 = ax.lines[0].get_ydata()
     assert max(fp32) == pytest.approx(19.5)                       # the fp32 roof
     bars = diagrams.occupancy_bars(232, 16384, 64).patches
@@ -41,14 +43,15 @@ def test_diagrams_draw():
 
 def test_tensor_core_diagrams_draw_every_element_once():
     ax = diagrams.mma_fragments(16)
-    assert len(ax.patches) == 16 * 16 + 16 * 8 + 16 * 8 + 4       # A, B, C and the legend
+    assert len(ax.patches) == 16 * 16 + 16 * 8 + 16 * 8 + 4     # A, B, C and the legend
     cells = {(p.get_x(), p.get_y()) for p in ax.patches}
-    assert len(cells) == len(ax.patches)                          # no element drawn twice
+    assert len(cells) == len(ax.patches)                        # no element drawn twice
     assert len(diagrams.mma_fragments(8).patches) == 16 * 8 + 8 * 8 + 16 * 8 + 2
     assert len(diagrams.ldmatrix_fragment().patches) == 4 + 4 * 64
     plain = [[64 * r + 8 * c for c in range(8)] for r in range(8)]
     swizzled = [[64 * r + 8 * (c ^ r) for c in range(8)] for r in range(8)]
-    texts = [t.get_text() for a in diagrams.bank_groups(plain, swizzled) for t in a.texts]
+    texts = [t.get_text() for a in diagrams.bank_groups(plain, swizzled)
+             for t in a.texts]
     assert any("8-way" in t for t in texts) and any("no conflict" in t for t in texts)
     matplotlib.pyplot.close("all")
 

@@ -1,5 +1,5 @@
-"""The CPU emulator against the documented semantics of each CUDA built-in, the PTX ISA's
-fragment layouts, and kernels with planted bugs that it must catch."""
+"""The CPU emulator against the documented semantics of each CUDA built-in, the PTX
+ISA's fragment layouts, and kernels with planted bugs that it must catch."""
 import math
 import pathlib
 
@@ -16,7 +16,8 @@ ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 1), ("shuffle", 2)]
 @pytest.fixture(scope="module")
 def ext():
     return ab.compile("selftest", (HERE / "selftest.cu").read_text(),
-                      (HERE / "selftest_wrapper.cpp").read_text(), ["run"], backend="emulator")
+                      (HERE / "selftest_wrapper.cpp").read_text(), ["run"],
+                      backend="emulator")
 
 
 def run(ext, which, tensors, grid=1, block=32, smem=0, args=(), order=("forward", 0)):
@@ -34,7 +35,7 @@ def results_under_orders(ext, which, make, **kw):
     return outs
 
 
-# ---- correct kernels pass in every order; planted bugs fail in at least one ------------------
+# ---- correct kernels pass in every order; planted bugs fail in at least one ----------
 def test_block_reduction_correct_in_every_order(ext):
     x = torch.arange(3 * 200, dtype=torch.float32).reshape(3, 200)
     for order in ORDERS:
@@ -45,7 +46,8 @@ def test_block_reduction_correct_in_every_order(ext):
 
 def test_missing_barrier_in_reduction_is_caught(ext):
     x = torch.arange(256, dtype=torch.float32)
-    outs = results_under_orders(ext, "block_sum_bug", lambda: [x, torch.zeros(1)], block=256, args=[256])
+    outs = results_under_orders(ext, "block_sum_bug", lambda: [x, torch.zeros(1)],
+                                block=256, args=[256])
     assert any(o != (float(x.sum()),) for o in outs)
 
 
@@ -54,17 +56,21 @@ def test_missing_write_after_read_barrier_is_caught(ext):
     want = tuple(torch.roll(x, -2).tolist())
     good = results_under_orders(ext, "rotate", lambda: [x, torch.zeros(128)], block=128)
     assert good == {want}
-    bad = results_under_orders(ext, "rotate_bug", lambda: [x, torch.zeros(128)], block=128)
+    bad = results_under_orders(ext, "rotate_bug", lambda: [x, torch.zeros(128)],
+                               block=128)
     assert any(o != want for o in bad)
 
 
 def test_missing_syncwarp_is_caught(ext):
     x = torch.arange(32, dtype=torch.float32)
-    assert results_under_orders(ext, "warp_sum", lambda: [x, torch.zeros(1)]) == {(float(x.sum()),)}
-    assert any(o != (float(x.sum()),) for o in results_under_orders(ext, "warp_sum_bug", lambda: [x, torch.zeros(1)]))
+    assert results_under_orders(ext, "warp_sum",
+                                lambda: [x, torch.zeros(1)]) == {(float(x.sum()),)}
+    assert any(o != (float(x.sum()),)
+               for o in results_under_orders(ext, "warp_sum_bug",
+                                             lambda: [x, torch.zeros(1)]))
 
 
-# ---- warp intrinsics --------------------------------------------------------------------------
+# ---- warp intrinsics -----------------------------------------------------------------
 def shuffle_model(mode, arg, width):
     out = []
     for lane in range(32):
@@ -82,7 +88,8 @@ def shuffle_model(mode, arg, width):
 
 
 @pytest.mark.parametrize("mode", [0, 1, 2, 3], ids=["idx", "up", "down", "xor"])
-@pytest.mark.parametrize("arg,width", [(1, 32), (5, 32), (3, 8), (16, 32), (2, 4), (7, 16)])
+@pytest.mark.parametrize("arg,width", [(1, 32), (5, 32), (3, 8), (16, 32), (2, 4),
+                                       (7, 16)])
 def test_shuffles(ext, mode, arg, width):
     src = torch.arange(100, 132, dtype=torch.int32)
     for order in ORDERS[:3]:
@@ -111,7 +118,7 @@ def test_votes_and_counting_barriers(ext):
         assert out[lane][3] == int(pred.sum()) * 100 + 0 * 10 + 1
 
 
-# ---- atomics, math, 16-bit floats, vectors, coordinates ---------------------------------------
+# ---- atomics, math, 16-bit floats, vectors, coordinates ------------------------------
 def test_atomics(ext):
     counters = torch.tensor([0, -1, 0, 0, 0, 100], dtype=torch.int32)
     fsum, big = torch.zeros(1), torch.zeros(1, dtype=torch.int64)
@@ -126,16 +133,20 @@ def test_math_functions(ext):
     out = torch.zeros(20 * 8)
     run(ext, "math", [x, out], block=32, args=[20])
     out = out.view(20, 8)
-    want = torch.stack([x.exp(), torch.exp2(x), x / 3, (x.abs() + 1).rsqrt(), x.clamp(min=0), x,
+    want = torch.stack([x.exp(), torch.exp2(x), x / 3, (x.abs() + 1).rsqrt(),
+                        x.clamp(min=0), x,
                         (x.abs() + 1).log(),
-                        torch.tensor([float(min(i, 3) + max(i, 2)) for i in range(20)])], 1)
+                        torch.tensor([float(min(i, 3) + max(i, 2))
+                                      for i in range(20)])], 1)
     torch.testing.assert_close(out, want)
 
 
 def test_half_and_bfloat16_round_like_torch(ext):
     g = torch.Generator().manual_seed(0)
-    x = torch.cat([torch.randn(500, generator=g) * 1000, torch.randn(500, generator=g) * 1e-5,
-                   torch.tensor([65504.0, 65520.0, 1e6, -0.0, 5.96e-8, 3.0e-8, math.inf, -math.inf])])
+    x = torch.cat([torch.randn(500, generator=g) * 1000,
+                   torch.randn(500, generator=g) * 1e-5,
+                   torch.tensor([65504.0, 65520.0, 1e6, -0.0, 5.96e-8, 3.0e-8, math.inf,
+                                 -math.inf])])
     n = x.numel()
     out = torch.zeros(n * 4)
     run(ext, "sixteen_bit", [x, out], grid=(n + 127) // 128, block=128, args=[n])
@@ -159,27 +170,30 @@ def test_three_dimensional_grids_and_blocks(ext):
     assert out.tolist() == [3 * i for i in range(out.numel())]
 
 
-# ---- shared memory --------------------------------------------------------------------------
+# ---- shared memory -------------------------------------------------------------------
 def test_unwritten_shared_memory_reads_nan(ext):
     out = torch.zeros(8)
     run(ext, "unwritten", [out], grid=2, block=32, smem=64)
     out = out.view(2, 4)
     assert (out[:, 0] == 1).all() and (out[:, 2] == 2).all()
-    assert out[:, 1].isnan().all() and out[:, 3].isnan().all()   # also in the second block
+    # also in the second block
+    assert out[:, 1].isnan().all() and out[:, 3].isnan().all()
 
 
 def test_dynamic_shared_limit_and_opt_in(ext):
     out = torch.zeros(256)
-    with pytest.raises(RuntimeError, match=r"big_dynamic_shared.*dynamic shared memory.*cudaFuncSetAttribute"):
+    with pytest.raises(RuntimeError, match=r"big_dynamic_shared.*dynamic shared memory"
+                                           r".*cudaFuncSetAttribute"):
         run(ext, "big_smem", [out], block=256, smem=64 * 1024, args=[0])
     run(ext, "big_smem", [out], block=256, smem=64 * 1024, args=[1])
     assert out.tolist() == list(range(255, -1, -1))
 
 
-# ---- failures become exceptions; the next launch works ---------------------------------------
+# ---- failures become exceptions; the next launch works -------------------------------
 @pytest.mark.parametrize("mode,pattern", [
     (0, r"kernel 'failing', block \(1,0,0\), thread \(5,0,0\): __trap"),
-    (1, r"kernel 'failing', block \(0,0,0\), thread \(3,0,0\): device assert failed .*t != 3"),
+    (1, r"kernel 'failing', block \(0,0,0\), thread \(3,0,0\): "
+        r"device assert failed .*t != 3"),
     (2, r"kernel 'failing'.*divergent barrier.*line"),
     (3, r"kernel 'failing'.*divergent barrier.*exited"),
     (4, r"kernel 'failing'.*(lane 31 .*exited|deadlock)"),
@@ -196,7 +210,8 @@ def test_failures_raise_and_the_process_survives(ext, mode, pattern):
 def test_printf_reaches_stdout(ext, capfd):
     run(ext, "failing", [torch.zeros(64)], grid=1, block=2, args=[5])
     printed = capfd.readouterr().out
-    assert "block 0 thread 0 says hello" in printed and "block 0 thread 1 says hello" in printed
+    assert ("block 0 thread 0 says hello" in printed
+            and "block 0 thread 1 says hello" in printed)
 
 
 def test_bad_thread_order_is_rejected():
@@ -210,13 +225,14 @@ def test_invalid_launch_configuration(ext):
         run(ext, "block_sum", [torch.zeros(1), torch.zeros(1)], block=2048, args=[1])
 
 
-# ---- tensor cores against the PTX ISA's fragment tables --------------------------------------
+# ---- tensor cores against the PTX ISA's fragment tables ------------------------------
 def to_bits(x, dtype):
     return x.to(dtype).view(torch.int16).to(torch.int32) & 0xFFFF
 
 
 def pack_fragments(m, layout, regs, dtype):
-    """Per-lane registers [32, 4] (the first `regs` used) of matrix m under a layout (lane, element) -> (row, col)."""
+    """Per-lane registers [32, 4] (the first `regs` used) of matrix m under a layout
+    (lane, element) -> (row, col)."""
     out = torch.zeros(32, 4, dtype=torch.int64)
     bits = to_bits(m, dtype)
     for lane in range(32):
@@ -255,7 +271,8 @@ def test_mma_fragment_layouts(ext, kind, k, dtype, a_layout, b_layout):
 @pytest.mark.parametrize("n", [1, 2, 4])
 @pytest.mark.parametrize("trans", [False, True])
 def test_ldmatrix_layouts(ext, n, trans):
-    m = torch.arange(4 * 64, dtype=torch.int32).to(torch.int16)    # element value = its index
+    # element value = its index
+    m = torch.arange(4 * 64, dtype=torch.int32).to(torch.int16)
     out = torch.zeros(32 * 4, dtype=torch.int32)
     run(ext, f"ldmatrix_x{n}" + ("_trans" if trans else ""), [m, out])
     out = out.view(32, 4)
@@ -266,12 +283,14 @@ def test_ldmatrix_layouts(ext, n, trans):
                 if trans:
                     r, c = c, r
                 want = mat * 64 + r * 8 + c
-                assert (int(out[lane, mat]) >> (16 * i)) & 0xFFFF == want, (lane, mat, i)
+                assert (int(out[lane, mat]) >> (16 * i)) & 0xFFFF == want, \
+                    (lane, mat, i)
 
 
 def test_wrong_fragment_layout_is_caught(ext):
     g = torch.Generator().manual_seed(9)
-    A, Bt = torch.randn(16, 16, generator=g).half(), torch.randn(8, 16, generator=g).half()
+    A, Bt = (torch.randn(16, 16, generator=g).half(),
+             torch.randn(8, 16, generator=g).half())
     want = A.float() @ Bt.float().T
     D = torch.zeros(16, 8)
     run(ext, "mma_gemm", [A, Bt, D])
@@ -281,13 +300,14 @@ def test_wrong_fragment_layout_is_caught(ext):
 
 
 def test_including_cassert_keeps_the_device_assert():
-    """<cassert> redefines assert at every inclusion; kernel text that includes it (as it
-    must, for nvcc) still gets the emulator's assert, an exception naming the line."""
+    """<cassert> redefines assert at every inclusion; kernel text that includes it
+    (as it must, for nvcc) still gets the emulator's assert, an exception naming the
+    line."""
     src = "#include <cassert>\n__global__ void k(int n) {\n  assert(n > 0);\n}\n" \
           "void launch(int n) { k<<<1, 32>>>(n); }\n"
     ext = ab.compile("assert_after_cassert", src,
-                     "void launch(int);\nvoid run(int64_t n) { launch(int(n)); }", ["run"],
-                     backend="emulator")
+                     "void launch(int);\nvoid run(int64_t n) { launch(int(n)); }",
+                     ["run"], backend="emulator")
     ext.run(1)
     with pytest.raises(RuntimeError, match="device assert failed on line 3: n > 0"):
         ext.run(0)

@@ -7,37 +7,43 @@ import torch
 import attnbook as ab
 
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 7)]
-# (B, H, Hkv, Sq, Sk, D): S=1, sizes that are not multiples of the tiles (64 rows, 32 keys),
-# Sq < Sk (decode-like), Sq > Sk (rows with no admissible causal key), grouped heads.
-SHAPES = [(1, 1, 1, 1, 1, 32), (2, 2, 2, 17, 17, 64), (1, 4, 2, 65, 33, 32), (1, 2, 1, 3, 100, 96),
-          (1, 2, 2, 100, 7, 128), (2, 3, 1, 64, 64, 64)]
+# (B, H, Hkv, Sq, Sk, D): S=1, sizes that are not multiples of the tiles
+# (64 rows, 32 keys), Sq < Sk (decode-like), Sq > Sk (rows with no admissible causal
+# key), grouped heads.
+SHAPES = [(1, 1, 1, 1, 1, 32), (2, 2, 2, 17, 17, 64), (1, 4, 2, 65, 33, 32),
+          (1, 2, 1, 3, 100, 96), (1, 2, 2, 100, 7, 128), (2, 3, 1, 64, 64, 64)]
 
 
 def inputs(shape, seed=0, magnitude=1.0):
     b, h, hkv, sq, sk, d = shape
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(*s, generator=g) * magnitude for s in ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
+    return [torch.randn(*s, generator=g) * magnitude
+            for s in ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
 
 
-@pytest.mark.parametrize("shape,causal,order", list(itertools.product(SHAPES, [False, True], ORDERS)))
+@pytest.mark.parametrize("shape,causal,order",
+                         list(itertools.product(SHAPES, [False, True], ORDERS)))
 def test_matches_reference(shape, causal, order):
     q, k, v = inputs(shape)
     with ab.thread_order(*order):
         o, lse = ab.flash_attention_fp32(q, k, v, causal=causal, return_lse=True)
-    ro, rlse = ab.attention_reference(q, k, v, causal=causal, float64=True, return_lse=True)
+    ro, rlse = ab.attention_reference(q, k, v, causal=causal, float64=True,
+                                      return_lse=True)
     torch.testing.assert_close(o.double(), ro, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(lse.double(), rlse, rtol=1e-4, atol=1e-5)
 
 
 def test_rows_with_no_admissible_key_are_zero():
-    q, k, v = inputs((1, 1, 1, 80, 10, 64))          # causal: the first 70 queries precede every key
+    # causal: the first 70 queries precede every key
+    q, k, v = inputs((1, 1, 1, 80, 10, 64))
     o, lse = ab.flash_attention_fp32(q, k, v, causal=True, return_lse=True)
     assert (o[:, :, :70] == 0).all() and (lse[:, :, :70] == float("-inf")).all()
     assert torch.isfinite(o).all() and torch.isfinite(lse[:, :, 70:]).all()
 
 
 def test_large_magnitudes_stay_finite():
-    q, k, v = inputs((1, 2, 2, 40, 40, 64), seed=3, magnitude=30.0)   # scores of order ±1e4
+    # scores of order ±1e4
+    q, k, v = inputs((1, 2, 2, 40, 40, 64), seed=3, magnitude=30.0)
     o, lse = ab.flash_attention_fp32(q, k, v, return_lse=True)
     ro, rlse = ab.attention_reference(q, k, v, float64=True, return_lse=True)
     assert torch.isfinite(o).all() and torch.isfinite(lse).all()
@@ -48,14 +54,20 @@ def test_large_magnitudes_stay_finite():
 def test_explicit_scale():
     q, k, v = inputs((1, 2, 2, 20, 30, 32), seed=4)
     o = ab.flash_attention_fp32(q, k, v, scale=0.3)
-    torch.testing.assert_close(o.double(), ab.attention_reference(q, k, v, scale=0.3, float64=True), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(o.double(),
+                               ab.attention_reference(q, k, v, scale=0.3, float64=True),
+                               rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("change,match", [
-    (lambda q, k, v: (q[..., :24].contiguous(), k[..., :24].contiguous(), v[..., :24].contiguous()), "head_dim 24"),
+    (lambda q, k, v: (q[..., :24].contiguous(), k[..., :24].contiguous(),
+                      v[..., :24].contiguous()), "head_dim 24"),
     (lambda q, k, v: (q.double(), k, v), "q must be float32"),
-    (lambda q, k, v: (q, k[:, :, :5].contiguous(), v), "k and v must have the same shape"),
-    (lambda q, k, v: (q, k[:, :1].contiguous().expand(1, 3, 6, 32).contiguous(), v[:, :1].contiguous().expand(1, 3, 6, 32).contiguous()), "multiple"),
+    (lambda q, k, v: (q, k[:, :, :5].contiguous(), v),
+     "k and v must have the same shape"),
+    (lambda q, k, v: (q, k[:, :1].contiguous().expand(1, 3, 6, 32).contiguous(),
+                      v[:, :1].contiguous().expand(1, 3, 6, 32).contiguous()),
+     "multiple"),
     (lambda q, k, v: (q[0], k, v), "same number of dimensions"),
 ])
 def test_bad_inputs_raise_clear_errors(change, match):
@@ -66,17 +78,22 @@ def test_bad_inputs_raise_clear_errors(change, match):
 
 @pytest.mark.parametrize("tiles", ab.ops.flash.FLASH_FP32_SWEEP)
 def test_every_swept_tile_shape(tiles):
-    """Each (Br, Bc) of chapter 7's sweep, on sizes off its tiles, with the masks that change
-    which tiles are loaded (causal, window, key padding) and one that is per element (bias)."""
+    """Each (Br, Bc) of chapter 7's sweep, on sizes off its tiles, with the masks that
+    change which tiles are loaded (causal, window, key padding) and one that is per
+    element (bias)."""
     q, k, v = inputs((2, 2, 1, 70, 90, 64), seed=5)
     lengths, bias = torch.tensor([90, 41]), torch.randn(1, 2, 70, 90)
-    for opts in (dict(causal=True, window=20), dict(key_lengths=lengths, attn_mask=bias)):
+    for opts in (dict(causal=True, window=20),
+                 dict(key_lengths=lengths, attn_mask=bias)):
         o = ab.flash_attention_fp32(q, k, v, tiles=tiles, **opts)
         ref = {("causal" if key == "causal" else key): val for key, val in opts.items()}
-        torch.testing.assert_close(o.double(), ab.attention_reference(q, k, v, float64=True, **ref), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(o.double(),
+                                   ab.attention_reference(q, k, v, float64=True, **ref),
+                                   rtol=1e-4, atol=1e-5)
 
 
 def test_uncompiled_tiles_are_rejected():
     q, k, v = inputs((1, 1, 1, 4, 4, 32))
-    with pytest.raises(ValueError, match=r"tiles \(32, 32\) are not compiled for head_dim 32"):
+    with pytest.raises(ValueError,
+                       match=r"tiles \(32, 32\) are not compiled for head_dim 32"):
         ab.flash_attention_fp32(q, k, v, tiles=(32, 32))

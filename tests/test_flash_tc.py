@@ -31,7 +31,8 @@ def inputs(shape, dtype, seed=0, magnitude=1.0):
 
 
 def mask_cases(b, h, sq, sk, dtype):
-    """(name, keywords of ab.attention, the equivalent boolean or additive SDPA mask)."""
+    """(name, keywords of ab.attention, the equivalent boolean or additive SDPA
+    mask)."""
     g = torch.Generator().manual_seed(9)
     pos = torch.arange(sq).view(-1, 1) + sk - sq
     lengths = torch.tensor([sk, sk // 2][:b])
@@ -49,8 +50,8 @@ def mask_cases(b, h, sq, sk, dtype):
 
 
 def sdpa(q, k, v, mask, dtype):
-    """SDPA's math path on the inputs, computed in ``dtype`` (its error is the yardstick)
-    or, with float64, the reference."""
+    """SDPA's math path on the inputs, computed in ``dtype`` (its error is the
+    yardstick) or, with float64, the reference."""
     h, hkv = q.shape[1], k.shape[1]
     k, v = (t.repeat_interleave(h // hkv, dim=1) for t in (k, v))
     if mask is not None and mask.dtype != torch.bool:
@@ -69,7 +70,8 @@ def check_close(out, q, k, v, mask):
     assert ours <= 2 * theirs + 1e-6, f"error {ours:.3g}, SDPA's {theirs:.3g}"
 
 
-@pytest.mark.parametrize("step,dtype,shape", list(itertools.product(STEPS, DTYPES, SHAPES)))
+@pytest.mark.parametrize("step,dtype,shape",
+                         list(itertools.product(STEPS, DTYPES, SHAPES)))
 def test_every_mask_within_sdpas_error(step, dtype, shape):
     q, k, v = inputs(shape, dtype)
     for name, opts, mask in mask_cases(shape[0], shape[1], shape[3], shape[4], dtype):
@@ -112,10 +114,11 @@ def test_every_swept_tile_shape(d, tiles):
 
 
 def test_rows_with_no_admissible_key_are_zero():
-    q, k, v = inputs((1, 1, 1, 80, 10, 64), torch.float16)   # causal: 70 rows see no key
-    v[:, :, 3] = NAN                                         # ... not even 0·NaN
+    q, k, v = inputs((1, 1, 1, 80, 10, 64), torch.float16)  # causal: 70 rows see no key
+    v[:, :, 3] = NAN                                        # ... not even 0·NaN
     for step in STEPS:
-        o, lse = ab.flash_attention_tc(q, k, v, is_causal=True, step=step, return_lse=True)
+        o, lse = ab.flash_attention_tc(q, k, v, is_causal=True, step=step,
+                                       return_lse=True)
         assert (o[:, :, :70] == 0).all() and (lse[:, :, :70] == -INF).all()
 
 
@@ -146,7 +149,8 @@ def test_nan_and_inf_as_in_sdpa(step, which, value, opts):
     h = 2
     ke, ve = (t.repeat_interleave(h, dim=1).double() for t in (k, v))
     with sdpa_kernel(SDPBackend.MATH):
-        want = F.scaled_dot_product_attention(q.double(), ke, ve, attn_mask=full.double())
+        want = F.scaled_dot_product_attention(q.double(), ke, ve,
+                                              attn_mask=full.double())
     if which == "k" and causal is not None:   # rows that do not admit key 66
         clean = ab.flash_attention_tc(q, k.nan_to_num(0, 0, 0), v, **opts)
         want = torch.where(causal[:, 66].view(-1, 1), want, clean.double())
@@ -174,12 +178,14 @@ def test_attention_dispatches_half_precision_here():
 
 
 def test_layouts():
-    """[B, S, H, D] views run in place; rows that do not start on 16 bytes are copied."""
+    """[B, S, H, D] views run in place; rows that do not start on 16 bytes are
+    copied."""
     x = torch.randn(2, 19, 4, 64).half()
     q = x.transpose(1, 2)
     want = sdpa(q, q, q, None, torch.float64)
     check_close(ab.attention(q, q, q), q, q, q, None)
-    odd = torch.randn(2 * 4 * 19 * 64 + 1).half()[1:].view(2, 4, 19, 64)   # 2-byte offset
+    # 2-byte offset
+    odd = torch.randn(2 * 4 * 19 * 64 + 1).half()[1:].view(2, 4, 19, 64)
     odd.copy_(q)
     torch.testing.assert_close(ab.attention(odd, odd, odd).double(), want,
                                rtol=1e-2, atol=2e-3)
@@ -189,7 +195,8 @@ def test_layouts():
 
 
 def test_the_wrapper_refuses_misaligned_rows():
-    """The kernels' 16-byte copies never see a misaligned row, even past the Python side."""
+    """The kernels' 16-byte copies never see a misaligned row, even past the Python
+    side."""
     module = package_module(*flash_tc.EXTENSIONS[0], "emulator")
     odd = torch.randn(1 * 2 * 9 * 64 + 1).half()[1:].view(1, 2, 9, 64)
     none = torch.empty(0)
@@ -204,7 +211,8 @@ def test_more_than_65535_batch_heads():
 
 def test_empty_inputs():
     for qs, ks in [((0, 2, 5, 64), (0, 2, 5, 64)), ((1, 2, 0, 64), (1, 2, 5, 64))]:
-        assert ab.attention(torch.randn(qs).half(), *[torch.randn(ks).half()] * 2).shape == qs
+        assert ab.attention(torch.randn(qs).half(),
+                            *[torch.randn(ks).half()] * 2).shape == qs
     q, k = torch.randn(1, 2, 5, 64).half(), torch.randn(1, 2, 0, 64).half()
     assert (ab.attention(q, k, k) == 0).all()
 
@@ -215,8 +223,8 @@ def test_empty_inputs():
     (lambda q: ab.attention(q, q, q, impl="tiled"), NotImplementedError, "chapter 8"),
     (lambda q: ab.flash_attention_fp32(q, q, q), NotImplementedError, "chapter 8"),
     (lambda q: ab.flash_attention_tc(q, q, q.bfloat16()), TypeError, "one dtype"),
-    (lambda q: ab.flash_attention_tc(*[torch.zeros(1, 1, 4, 192).half()] * 3), ValueError,
-     "head_dim 192"),
+    (lambda q: ab.flash_attention_tc(*[torch.zeros(1, 1, 4, 192).half()] * 3),
+     ValueError, "head_dim 192"),
     (lambda q: ab.flash_attention_tc(q, q, q, step=6), ValueError, "step must be"),
     (lambda q: ab.flash_attention_tc(q, q, q, tiles=(32, 32)), ValueError,
      r"not compiled for step 5 at head_dim 128"),

@@ -1,4 +1,5 @@
-"""Chapter 4's GEMM steps against float64 matmul, both layouts, under every thread order."""
+"""Chapter 4's GEMM steps against float64 matmul, both layouts, under every thread
+order."""
 import itertools
 
 import pytest
@@ -7,13 +8,16 @@ import torch
 import attnbook as ab
 
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 7)]
-# (batch, M, N, K): 1×1×1; sizes off every tile (16 and 64); K not a multiple of 4 (scalar loads)
-# and a multiple of 4 (float4 loads); M or N bigger than one 64×64 tile; empty K.
-SHAPES = [(1, 1, 1, 1), (2, 17, 33, 7), (1, 64, 64, 16), (3, 70, 65, 40), (1, 5, 132, 64), (1, 3, 4, 0)]
+# (batch, M, N, K): 1×1×1; sizes off every tile (16 and 64); K not a multiple of 4
+# (scalar loads) and a multiple of 4 (float4 loads); M or N bigger than one 64×64 tile;
+# empty K.
+SHAPES = [(1, 1, 1, 1), (2, 17, 33, 7), (1, 64, 64, 16), (3, 70, 65, 40),
+          (1, 5, 132, 64), (1, 3, 4, 0)]
 
 
 @pytest.mark.parametrize("step,shape,transpose_b,order",
-                         list(itertools.product(ab.GEMM_STEPS, SHAPES, [False, True], ORDERS)))
+                         list(itertools.product(ab.GEMM_STEPS, SHAPES, [False, True],
+                                                ORDERS)))
 def test_gemm_matches_matmul(step, shape, transpose_b, order):
     batch, m, n, k = shape
     g = torch.Generator().manual_seed(step)
@@ -27,14 +31,18 @@ def test_gemm_matches_matmul(step, shape, transpose_b, order):
 
 def test_unbatched_and_misaligned_operands():
     g = torch.Generator().manual_seed(3)
-    a, b = torch.randn(65, 20, generator=g), torch.randn(1 + 20 * 36, generator=g)[1:].view(20, 36)
-    assert b.data_ptr() % 16 != 0                       # float4 loads would be illegal: step 4 falls back
-    torch.testing.assert_close(ab.gemm(a, b, step=4).double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
+    a, b = (torch.randn(65, 20, generator=g),
+            torch.randn(1 + 20 * 36, generator=g)[1:].view(20, 36))
+    # float4 loads would be illegal: step 4 falls back
+    assert b.data_ptr() % 16 != 0
+    torch.testing.assert_close(ab.gemm(a, b, step=4).double(), a.double() @ b.double(),
+                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("a,b,kwargs,err,match", [
     (torch.ones(2, 3), torch.ones(4, 5), {}, ValueError, "inner dimensions"),
-    (torch.ones(2, 3), torch.ones(5, 4), dict(transpose_b=True), ValueError, "inner dimensions"),
+    (torch.ones(2, 3), torch.ones(5, 4), dict(transpose_b=True), ValueError,
+     "inner dimensions"),
     (torch.ones(2, 3, dtype=torch.float16), torch.ones(3, 2), {}, TypeError, "float32"),
     (torch.ones(2, 2, 3), torch.ones(3, 3, 2), {}, ValueError, "same batch"),
     (torch.ones(2, 3), torch.ones(3, 2), dict(step=5), ValueError, "step must be"),
@@ -48,4 +56,5 @@ def test_bad_inputs(a, b, kwargs, err, match):
 def test_non_contiguous_operands_are_copied():
     a, b = torch.randn(3, 2).t(), torch.randn(5, 6)[:, ::2].t()
     for step in ab.GEMM_STEPS:
-        torch.testing.assert_close(ab.gemm(a, b, step=step), a @ b, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(ab.gemm(a, b, step=step), a @ b, rtol=1e-5,
+                                   atol=1e-6)

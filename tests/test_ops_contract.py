@@ -1,6 +1,7 @@
-"""ab.attention keeps scaled_dot_product_attention's contract: its layouts, values (NaN and
-±inf included) and errors, as registered ops that torch.compile, meta tensors, jit.trace and
-export understand. Every reproducer of the issue that asked for it is a test here."""
+"""ab.attention keeps scaled_dot_product_attention's contract: its layouts, values
+(NaN and ±inf included) and errors, as registered ops that torch.compile, meta tensors,
+jit.trace and export understand. Every reproducer of the issue that asked for it is a
+test here."""
 import itertools
 import math
 
@@ -26,15 +27,16 @@ def sdpa_math(q, k, v, mask=None):
     k, v = (t.repeat_interleave(h // hkv, dim=-3) for t in (k, v))
     with sdpa_kernel(SDPBackend.MATH):
         return F.scaled_dot_product_attention(q.double(), k.double(), v.double(),
-                                              attn_mask=mask if mask is None or
-                                              mask.dtype == torch.bool else mask.double())
+                                              attn_mask=mask if mask is None
+                                              or mask.dtype == torch.bool
+                                              else mask.double())
 
 
 def same(got, want):
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5, equal_nan=True)
 
 
-# ---- values: SDPA's math path over layouts × masks × NaN/inf placements ------------------
+# ---- values: SDPA's math path over layouts × masks × NaN/inf placements --------------
 def layouts(b, h, s, d, seed):
     """The same [b, h, s, d] values in the layouts models hand to attention."""
     x = randn(b, s, h, d, seed=seed)
@@ -59,7 +61,7 @@ def test_layouts_give_sdpas_values(impl):
 
 
 def test_transposed_layout_is_not_copied():
-    x = randn(2, 9, 4, 32)                     # [B, S, H, D], as a projection produces it
+    x = randn(2, 9, 4, 32)                   # [B, S, H, D], as a projection produces it
     q = x.transpose(1, 2)
     assert attention_args(q, q, q).q.data_ptr() == x.data_ptr()
 
@@ -80,7 +82,8 @@ def mask_cases(b, h, sq, sk):
 
 
 def poison(which, q, k, v, mask, value, row=3, key=6):
-    """Put ``value`` in q (a row), k or v (a key that row 3 attends) or the additive mask."""
+    """Put ``value`` in q (a row), k or v (a key that row 3 attends) or the additive
+    mask."""
     q, k, v = q.clone(), k.clone(), v.clone()
     if which == "q":
         q[:, :, row, 1] = value
@@ -97,14 +100,16 @@ def poison(which, q, k, v, mask, value, row=3, key=6):
 @pytest.mark.parametrize("impl,where,value", list(itertools.product(
     IMPLS, ["q", "k", "v", "mask"], [NAN, INF, -INF])))
 def test_nan_and_inf_propagate_as_in_sdpa(impl, where, value):
-    """SDPA's math path, value for value, with the one documented difference: rows that do
-    not admit the poisoned key see it as absent (for v: on the fused path only)."""
+    """SDPA's math path, value for value, with the one documented difference: rows that
+    do not admit the poisoned key see it as absent (for v: on the fused path only)."""
     b, h, sq, sk, d, key = 2, 2, 9, 13, 32, 6
-    q, k, v = randn(b, h, sq, d, seed=1), randn(b, 1, sk, d, seed=2), randn(b, 1, sk, d, seed=3)
+    q, k, v = (randn(b, h, sq, d, seed=1), randn(b, 1, sk, d, seed=2),
+               randn(b, 1, sk, d, seed=3))
     for name, opts, mask in mask_cases(b, h, sq, sk):
         if where == "mask" and mask is not None and mask.dtype == torch.bool:
             continue                                 # a float mask carries the value
-        pq, pk, pv, pmask = poison(where, q, k, v, mask if "attn_mask" in opts else None,
+        pq, pk, pv, pmask = poison(where, q, k, v,
+                                   mask if "attn_mask" in opts else None,
                                    value, key=key)
         sdpa_mask = mask
         if where == "mask":
@@ -121,17 +126,20 @@ def test_nan_and_inf_propagate_as_in_sdpa(impl, where, value):
 
 
 def test_one_nan_in_q_gives_a_nan_row():
-    q, k, v = randn(1, 1, 8, 32, seed=1), randn(1, 1, 8, 32, seed=2), randn(1, 1, 8, 32, seed=3)
+    q, k, v = (randn(1, 1, 8, 32, seed=1), randn(1, 1, 8, 32, seed=2),
+               randn(1, 1, 8, 32, seed=3))
     q[0, 0, 2, 5] = NAN
     for impl in IMPLS:
         out = ab.attention(q, k, v, impl=impl)
-        assert out[0, 0, 2].isnan().all() and not out[0, 0, [0, 1, 3]].isnan().any(), impl
+        assert (out[0, 0, 2].isnan().all()
+                and not out[0, 0, [0, 1, 3]].isnan().any()), impl
 
 
 def test_nan_keys_of_a_leading_tile_are_not_dropped():
-    """The fused kernel once took max(-inf, NaN) = -inf for a tile of NaN keys and skipped
-    it: the answer was finite."""
-    q, k, v = randn(1, 1, 4, 32, seed=1), randn(1, 1, 70, 32, seed=2), randn(1, 1, 70, 32, seed=3)
+    """The fused kernel once took max(-inf, NaN) = -inf for a tile of NaN keys and
+    skipped it: the answer was finite."""
+    q, k, v = (randn(1, 1, 4, 32, seed=1), randn(1, 1, 70, 32, seed=2),
+               randn(1, 1, 70, 32, seed=3))
     k[:, :, :32] = NAN                                 # the whole first key tile
     assert ab.attention(q, k, v).isnan().all()
 
@@ -141,7 +149,8 @@ def test_a_masked_key_is_absent(impl):
     """NaN or inf under a masked key: SDPA's math path spreads it (0·NaN); the book's
     kernels never let a masked k through, and the fused kernel never a masked v."""
     b, h, s, d = 1, 2, 40, 32
-    q, k, v = randn(b, h, s, d, seed=1), randn(b, h, s, d, seed=2), randn(b, h, s, d, seed=3)
+    q, k, v = (randn(b, h, s, d, seed=1), randn(b, h, s, d, seed=2),
+               randn(b, h, s, d, seed=3))
     lengths = torch.tensor([30])
     clean = ab.attention(q, k, v, key_lengths=lengths, is_causal=True, impl=impl)
     padding, future = k.clone(), k.clone()
@@ -159,7 +168,8 @@ def test_a_masked_key_is_absent(impl):
 
 
 def test_fully_masked_rows_are_zero():
-    q, k, v = randn(2, 2, 5, 32, seed=1), randn(2, 2, 7, 32, seed=2), randn(2, 2, 7, 32, seed=3)
+    q, k, v = (randn(2, 2, 5, 32, seed=1), randn(2, 2, 7, 32, seed=2),
+               randn(2, 2, 7, 32, seed=3))
     for impl in IMPLS:
         out = ab.attention(q, k, v, key_lengths=torch.tensor([7, 0]), impl=impl)
         assert (out[1] == 0).all() and (out[0] != 0).all()
@@ -173,28 +183,30 @@ def test_softmax_like_torch_for_nan_and_inf():
         torch.testing.assert_close(ab.softmax(x, kernel), want, equal_nan=True)
 
 
-# ---- integers wider than the kernels' -----------------------------------------------------
+# ---- integers wider than the kernels' ------------------------------------------------
 @pytest.mark.parametrize("impl", IMPLS)
 def test_huge_strides_windows_and_lengths_keep_their_meaning(impl):
-    q, k, v = randn(2, 2, 6, 32, seed=1), randn(2, 2, 9, 32, seed=2), randn(2, 2, 9, 32, seed=3)
+    q, k, v = (randn(2, 2, 6, 32, seed=1), randn(2, 2, 9, 32, seed=2),
+               randn(2, 2, 9, 32, seed=3))
     for opts in (dict(stride=2**32 + 2), dict(stride=2**31), dict(window=2**32 + 1),
                  dict(key_lengths=torch.tensor([2**33, 5]))):
         want = ab.attention_reference(q, k, v, float64=True, **opts)
         same(ab.attention(q, k, v, impl=impl, **opts), want)
     same(ab.attention(q, k, v, key_lengths=torch.tensor([-4, 3]), impl=impl),
-         ab.attention_reference(q, k, v, key_lengths=torch.tensor([0, 3]), float64=True))
+         ab.attention_reference(q, k, v, key_lengths=torch.tensor([0, 3]),
+                                float64=True))
 
 
-# ---- sizes past CUDA's grid limits, and empty ones ----------------------------------------
+# ---- sizes past CUDA's grid limits, and empty ones -----------------------------------
 @pytest.mark.parametrize("impl", IMPLS)
 def test_more_than_65535_batch_heads(impl):
-    q = randn(65537, 1, 1, 32, seed=1)                 # B·H = 65537 (grid.y / grid.z limit)
+    q = randn(65537, 1, 1, 32, seed=1)             # B·H = 65537 (grid.y / grid.z limit)
     same(ab.attention(q, q, q, impl=impl), sdpa_math(q, q, q))
 
 
 def test_more_than_a_million_query_rows_naive():
     q, k = randn(1, 1, 2**20 + 17, 1, seed=1), randn(1, 1, 1, 1, seed=2)
-    out = ab.attention(q, k, k, impl="naive")            # ceil(Sq / 16) > 65535 blocks in y
+    out = ab.attention(q, k, k, impl="naive")        # ceil(Sq / 16) > 65535 blocks in y
     assert torch.equal(out, k.expand_as(out))
 
 
@@ -210,11 +222,12 @@ def test_empty_dimensions_give_empty_outputs(impl):
                    ((1, 2, 0, 32), (1, 2, 5, 32)), ((1, 2, 5, 0), (1, 2, 5, 0))]:
         q, k = torch.randn(qs), torch.randn(ks)
         assert ab.attention(q, k, k, impl=impl).shape == qs
-    q, k = torch.randn(1, 2, 5, 32), torch.randn(1, 2, 0, 32)    # no keys: every row empty
+    # no keys: every row empty
+    q, k = torch.randn(1, 2, 5, 32), torch.randn(1, 2, 0, 32)
     assert (ab.attention(q, k, k, impl=impl) == 0).all()
 
 
-# ---- errors, before any launch --------------------------------------------------------------
+# ---- errors, before any launch -------------------------------------------------------
 Q = randn(2, 4, 5, 32)
 K = randn(2, 2, 6, 32)
 
@@ -222,9 +235,10 @@ K = randn(2, 2, 6, 32)
 @pytest.mark.parametrize("call,err,match", [
     (lambda: ab.flash_attention_fp32(Q, K[:, :0], K[:, :0]), ValueError, "0 heads"),
     (lambda: ab.attention(Q, K[:, :0], K[:, :0], impl="naive"), ValueError, "0 heads"),
-    (lambda: ab.flash_attention_fp32(Q, K, K, key_lengths=torch.tensor([3])), ValueError,
-     "key_lengths must have shape"),
-    (lambda: ab.flash_attention_fp32(Q, K, K, attn_mask=torch.ones(5, 6, dtype=torch.int64)),
+    (lambda: ab.flash_attention_fp32(Q, K, K, key_lengths=torch.tensor([3])),
+     ValueError, "key_lengths must have shape"),
+    (lambda: ab.flash_attention_fp32(Q, K, K,
+                                     attn_mask=torch.ones(5, 6, dtype=torch.int64)),
      TypeError, "bool or floating"),
     (lambda: ab.flash_attention_fp32(Q, K, K, stride=-1), ValueError, "stride"),
     (lambda: ab.attention(Q, K, K, stride=2.0), ValueError, "stride"),
@@ -232,8 +246,8 @@ K = randn(2, 2, 6, 32)
     (lambda: ab.attention(Q, K, K, scale="0.1"), TypeError, "scale"),
     (lambda: ab.attention(Q, K, K, dropout_p=0.1), NotImplementedError, "dropout"),
     (lambda: ab.attention(Q, K, K, enable_gqa=None), TypeError, "enable_gqa"),
-    (lambda: ab.attention(Q.half(), K.half(), K.half(), impl="naive"), NotImplementedError,
-     "chapter 8"),
+    (lambda: ab.attention(Q.half(), K.half(), K.half(), impl="naive"),
+     NotImplementedError, "chapter 8"),
     (lambda: ab.attention(Q.double(), K.double(), K.double()), TypeError, "float32"),
     (lambda: ab.attention(Q, K, K.to("meta")), ValueError, "one device"),
     (lambda: ab.attention(Q, K, K, key_lengths=[1, 2]), ValueError, "integer tensor"),
@@ -248,7 +262,7 @@ def test_bad_input_is_a_clear_error(call, err, match):
         call()
 
 
-# ---- registered ops: compile, meta, fake, trace, export -----------------------------------
+# ---- registered ops: compile, meta, fake, trace, export ------------------------------
 def test_ops_are_registered_with_schemas():
     for name in ("flash_forward", "three_kernel_forward", "softmax", "gemm"):
         assert hasattr(torch.ops.attnbook, name), name
@@ -268,17 +282,20 @@ def test_fake_tensor_mode():
         q = torch.empty(2, 8, 50, 64)
         o, lse = ab.flash_attention_fp32(q, q, q, return_lse=True)
         assert o.shape == q.shape and lse.shape == (2, 8, 50)
-        assert ab.softmax(q).shape == q.shape and ab.gemm(q[0], q[0], transpose_b=True).shape == (8, 50, 50)
+        assert (ab.softmax(q).shape == q.shape
+                and ab.gemm(q[0], q[0], transpose_b=True).shape == (8, 50, 50))
 
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_torch_compile_fullgraph(impl):
     torch._dynamo.reset()
-    q, k, v = randn(2, 4, 33, 32, seed=1), randn(2, 2, 40, 32, seed=2), randn(2, 2, 40, 32, seed=3)
+    q, k, v = (randn(2, 4, 33, 32, seed=1), randn(2, 2, 40, 32, seed=2),
+               randn(2, 2, 40, 32, seed=3))
     mask = torch.rand(33, 40, generator=torch.Generator().manual_seed(4)) > 0.2
 
     def f(q, k, v):
-        return ab.attention(q * 2, k, v, attn_mask=mask, is_causal=True, impl=impl).relu()
+        return ab.attention(q * 2, k, v, attn_mask=mask, is_causal=True,
+                            impl=impl).relu()
 
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(compiled(q, k, v), f(q, k, v))
@@ -295,7 +312,8 @@ def test_torch_compile_fullgraph_softmax_and_gemm():
     torch.testing.assert_close(compiled(x), f(x))
 
 
-@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")   # shapes are traced as constants
+# shapes are traced as constants
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 @pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:DeprecationWarning")
 def test_jit_trace_records_the_op():
     q, k = randn(1, 2, 9, 32, seed=1), randn(1, 2, 9, 32, seed=2)

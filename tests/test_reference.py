@@ -11,12 +11,15 @@ from loops import attention_loops
 
 def qkv(b, h, hkv, sq, sk, d, seed=0, scale=1.0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(*s, generator=g) * scale for s in ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
+    return [torch.randn(*s, generator=g) * scale
+            for s in ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
 
 
-SHAPES = [(1, 1, 1, 1, 1, 4), (2, 2, 1, 5, 5, 8), (1, 4, 2, 3, 7, 5), (2, 3, 3, 7, 3, 4), (1, 2, 1, 1, 9, 8)]
-RULES = [dict(), dict(causal=True), dict(stride=2), dict(stride=3, causal=True), dict(window=2),
-         dict(window=3, causal=True), dict(key_lengths=True), dict(key_lengths=True, causal=True)]
+SHAPES = [(1, 1, 1, 1, 1, 4), (2, 2, 1, 5, 5, 8), (1, 4, 2, 3, 7, 5),
+          (2, 3, 3, 7, 3, 4), (1, 2, 1, 1, 9, 8)]
+RULES = [dict(), dict(causal=True), dict(stride=2), dict(stride=3, causal=True),
+         dict(window=2), dict(window=3, causal=True), dict(key_lengths=True),
+         dict(key_lengths=True, causal=True)]
 
 
 @pytest.mark.parametrize("shape,rule", list(itertools.product(SHAPES, RULES)))
@@ -33,12 +36,15 @@ def test_matches_loops(shape, rule):
 
 
 @pytest.mark.parametrize("kind", ["bool", "additive"])
-@pytest.mark.parametrize("mshape", [(1, 1, 4, 6), (2, 1, 4, 6), (1, 3, 1, 6), (2, 3, 4, 6), (4, 6)])
+@pytest.mark.parametrize("mshape", [(1, 1, 4, 6), (2, 1, 4, 6), (1, 3, 1, 6),
+                                    (2, 3, 4, 6), (4, 6)])
 def test_attn_mask_broadcast(kind, mshape):
     q, k, v = qkv(2, 3, 3, 4, 6, 8, seed=1)
     g = torch.Generator().manual_seed(2)
-    mask = torch.rand(mshape, generator=g) > 0.3 if kind == "bool" else torch.randn(mshape, generator=g)
-    out, lse = ab.attention_reference(q, k, v, attn_mask=mask, float64=True, return_lse=True)
+    mask = (torch.rand(mshape, generator=g) > 0.3 if kind == "bool"
+            else torch.randn(mshape, generator=g))
+    out, lse = ab.attention_reference(q, k, v, attn_mask=mask, float64=True,
+                                      return_lse=True)
     want, want_lse = attention_loops(q, k, v, attn_mask=mask)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(lse, want_lse, rtol=1e-12, atol=1e-12)
@@ -51,22 +57,28 @@ def test_matches_sdpa_math_backend():
         for kwargs, ours in [(dict(is_causal=True), dict(causal=True)),
                              (dict(attn_mask=mask), dict(attn_mask=mask)),
                              (dict(scale=0.3), dict(scale=0.3))]:
-            want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(),
-                                                  **{a: (t.double() if torch.is_tensor(t) else t) for a, t in kwargs.items()})
-            torch.testing.assert_close(ab.attention_reference(q, k, v, float64=True, **ours), want)
+            want = F.scaled_dot_product_attention(
+                q.double(), k.double(), v.double(),
+                **{a: (t.double() if torch.is_tensor(t) else t)
+                   for a, t in kwargs.items()})
+            torch.testing.assert_close(ab.attention_reference(q, k, v, float64=True,
+                                                              **ours), want)
 
 
 def test_gqa_equals_repeated_heads():
     q, k, v = qkv(1, 6, 2, 5, 5, 8, seed=4)
     out = ab.attention_reference(q, k, v, causal=True)
-    want = ab.attention_reference(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), causal=True)
+    want = ab.attention_reference(q, k.repeat_interleave(3, 1),
+                                  v.repeat_interleave(3, 1), causal=True)
     torch.testing.assert_close(out, want)
     with pytest.raises(ValueError, match="multiple"):
-        ab.attention_reference(q, k[:, :1].expand(1, 4, 5, 8)[:, :4], v[:, :1].expand(1, 4, 5, 8))
+        ab.attention_reference(q, k[:, :1].expand(1, 4, 5, 8)[:, :4],
+                               v[:, :1].expand(1, 4, 5, 8))
 
 
 def test_causal_is_bottom_right_when_sq_differs():
-    # One query against 5 keys: a decode step sees every key; SDPA's top-left rule sees one.
+    # One query against 5 keys: a decode step sees every key; SDPA's top-left rule sees
+    # one.
     q, k, v = qkv(1, 1, 1, 1, 5, 4, seed=5)
     out = ab.attention_reference(q, k, v, causal=True)
     torch.testing.assert_close(out, ab.attention_reference(q, k, v))

@@ -1,4 +1,5 @@
-"""Chapter 3's softmax kernels against float64 torch.softmax, under every thread order."""
+"""Chapter 3's softmax kernels against float64 torch.softmax, under every thread
+order."""
 import itertools
 
 import pytest
@@ -7,8 +8,8 @@ import torch
 import attnbook as ab
 
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 5)]
-# (rows, n): one element, rows shorter than a warp, odd lengths, longer than a block, more
-# rows than a block of the warp kernel holds.
+# (rows, n): one element, rows shorter than a warp, odd lengths, longer than a block,
+# more rows than a block of the warp kernel holds.
 SHAPES = [(1, 1), (3, 17), (6, 33), (2, 700), (9, 256)]
 
 
@@ -25,7 +26,8 @@ def expected(x):
     return torch.softmax(x.double(), -1).nan_to_num(0.0)   # fully masked rows: zeros
 
 
-@pytest.mark.parametrize("kernel,shape,order", list(itertools.product(ab.SOFTMAX_KERNELS, SHAPES, ORDERS)))
+@pytest.mark.parametrize("kernel,shape,order",
+                         list(itertools.product(ab.SOFTMAX_KERNELS, SHAPES, ORDERS)))
 def test_kernel_matches_softmax(kernel, shape, order):
     x = rows(shape)
     with ab.thread_order(*order):
@@ -35,19 +37,23 @@ def test_kernel_matches_softmax(kernel, shape, order):
 
 @pytest.mark.parametrize("kernel", ab.SOFTMAX_KERNELS)
 def test_large_magnitudes_and_batched_shapes(kernel):
-    x = torch.randn(2, 3, 50, generator=torch.Generator().manual_seed(1)) * 1e4   # exp would overflow
+    # exp would overflow
+    x = torch.randn(2, 3, 50, generator=torch.Generator().manual_seed(1)) * 1e4
     y = ab.softmax(x, kernel)
     assert torch.isfinite(y).all()
     torch.testing.assert_close(y.double(), expected(x), rtol=1e-5, atol=1e-7)
 
 
 def test_missing_barrier_would_be_caught():
-    """The tree reduction's barriers matter: without the one after reading buf[0], the sum's
-    first store overwrites the max before slower threads read it, and some order shows it."""
+    """The tree reduction's barriers matter: without the one after reading buf[0], the
+    sum's first store overwrites the max before slower threads read it, and some order
+    shows it."""
     src = ab.kernel_source("softmax.cuh")
-    cut = "  __syncthreads();     // everyone has read buf[0] before it is reused for the sum\n"
+    cut = ("  __syncthreads();     // everyone has read buf[0] before it is reused for "
+           "the sum\n")
     assert cut in src
-    launcher = "void tree64(const float* x, float* y, int rows, int n) { softmax_block_tree<64><<<rows, 64>>>(x, y, n); }"
+    launcher = ("void tree64(const float* x, float* y, int rows, int n) { "
+                "softmax_block_tree<64><<<rows, 64>>>(x, y, n); }")
     wrapper = r"""
 void tree64(const float*, float*, int, int);
 at::Tensor run(at::Tensor x) {
@@ -56,12 +62,14 @@ at::Tensor run(at::Tensor x) {
   return y;
 }
 """
-    broken = ab.compile("softmax_no_barrier", src.replace(cut, "") + launcher, wrapper, ["run"], backend="emulator")
+    broken = ab.compile("softmax_no_barrier", src.replace(cut, "") + launcher, wrapper,
+                        ["run"], backend="emulator")
     x = rows((4, 100))
     results = []
     for order in ORDERS:
         with ab.thread_order(*order):
-            results.append(torch.allclose(broken.run(x).double(), expected(x), rtol=1e-5, atol=1e-7))
+            results.append(torch.allclose(broken.run(x).double(), expected(x),
+                                          rtol=1e-5, atol=1e-7))
     assert not all(results)
 
 

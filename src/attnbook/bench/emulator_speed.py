@@ -98,7 +98,8 @@ def core_count() -> int:
 
 
 def timed(fn, repeats: int, warmup: int = 1) -> tuple[float, float]:
-    """Best and median seconds of ``repeats`` calls of ``fn``, after ``warmup`` calls."""
+    """Best and median seconds of ``repeats`` calls of ``fn``, after ``warmup``
+    calls."""
     for _ in range(warmup):
         fn()
     times = []

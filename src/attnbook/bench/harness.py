@@ -1,10 +1,11 @@
-"""Benchmark harness: timing on the GPU, throughput against the device's peak, PyTorch baselines
-side by side, and the recorded results of ``bench/results/<chapter>/<device>.json``.
+"""Benchmark harness: timing on the GPU, throughput against the device's peak, PyTorch
+baselines side by side, and the recorded results of
+``bench/results/<chapter>/<device>.json``.
 
-Timings are CUDA-event intervals after warm-up, summarised by their median; the L2 cache is
-flushed before every repeat so that each one reads its inputs from device memory. Results are
-written only here, only on a real GPU, and always with the device and versions that produced
-them. Without a GPU the book plots what was recorded.
+Timings are CUDA-event intervals after warm-up, summarised by their median; the L2 cache
+is flushed before every repeat so that each one reads its inputs from device memory.
+Results are written only here, only on a real GPU, and always with the device and
+versions that produced them. Without a GPU the book plots what was recorded.
 """
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ __all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_b
            "pytorch_attention", "Result", "machine_record", "measure", "save", "load",
            "results_dir", "run_or_load", "ratio"]
 
-# Datasheet peaks: fp32 on CUDA cores (TFLOP/s), dense fp16 on tensor cores (TFLOP/s), and
-# DRAM bandwidth (GB/s). Matched against torch's device name in this order (first hit wins).
+# Datasheet peaks: fp32 on CUDA cores (TFLOP/s), dense fp16 on tensor cores (TFLOP/s),
+# and DRAM bandwidth (GB/s). Matched against torch's device name in this order
+# (first hit wins).
 PEAKS = [
     ("H200", dict(fp32_tflops=67.0, fp16_tflops=989.0, bandwidth_gbs=4800.0)),
     ("H100 PCIe", dict(fp32_tflops=51.0, fp16_tflops=756.0, bandwidth_gbs=2000.0)),
@@ -40,12 +42,14 @@ PEAKS = [
 
 def _require_gpu(what):
     if not torch.cuda.is_available():
-        raise RuntimeError(f"{what} needs a CUDA GPU; on the CPU the book shows recorded results")
+        raise RuntimeError(f"{what} needs a CUDA GPU; on the CPU the book shows "
+                           "recorded results")
 
 
 def device_peaks(device=None) -> dict:
-    """The device's peak fp32/fp16 throughput and bandwidth: from the datasheet table when the GPU
-    is in it, otherwise measured here (a large copy and a large fp32 matmul), marked as such."""
+    """The device's peak fp32/fp16 throughput and bandwidth: from the datasheet table
+    when the GPU is in it, otherwise measured here (a large copy and a large fp32
+    matmul), marked as such."""
     _require_gpu("device_peaks")
     name = torch.cuda.get_device_name(device)
     for key, peaks in PEAKS:
@@ -55,7 +59,7 @@ def device_peaks(device=None) -> dict:
 
 
 def _measure_peaks(device):
-    x = torch.empty(2**28, device=device)                        # 1 GiB: far beyond any L2
+    x = torch.empty(2**28, device=device)                    # 1 GiB: far beyond any L2
     copy_ms = time_cuda(lambda: x.clone(), flush_l2=False)["median_ms"]
     n = 8192
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
@@ -72,20 +76,23 @@ def _measure_peaks(device):
 def time_cuda(fn, *, warmup: int = 3, repeats: int = 20, flush_l2: bool = True) -> dict:
     """Run ``fn()`` ``warmup`` times, then time ``repeats`` runs with CUDA events.
 
-    Returns the median and every repeat, in milliseconds. With ``flush_l2`` a buffer twice the
-    size of L2 is overwritten before each repeat (outside the timed interval)."""
+    Returns the median and every repeat, in milliseconds. With ``flush_l2`` a buffer
+    twice the size of L2 is overwritten before each repeat (outside the timed
+    interval)."""
     _require_gpu("time_cuda")
     for _ in range(warmup):
         fn()
     scratch = None
     if flush_l2:
-        l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0)
+        l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()),
+                     "L2_cache_size", 0)
         scratch = torch.empty(max(2 * l2, 2**20) // 4, device="cuda")
     times = []
     for _ in range(repeats):
         if scratch is not None:
             scratch.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = (torch.cuda.Event(enable_timing=True),
+                      torch.cuda.Event(enable_timing=True))
         start.record()
         fn()
         end.record()
@@ -95,8 +102,8 @@ def time_cuda(fn, *, warmup: int = 3, repeats: int = 20, flush_l2: bool = True) 
 
 
 def attention_flops(B, H, Sq, Sk, D, causal=False) -> float:
-    """Multiply-adds of QKᵀ and PV, counted as 2 FLOPs each: 4·B·H·Sq·Sk·D, halved for causal
-    (the convention of FlashAttention's benchmarks)."""
+    """Multiply-adds of QKᵀ and PV, counted as 2 FLOPs each: 4·B·H·Sq·Sk·D, halved for
+    causal (the convention of FlashAttention's benchmarks)."""
     flops = 4.0 * B * H * Sq * Sk * D
     return flops / 2 if causal else flops
 
@@ -108,37 +115,43 @@ def attention_bytes(B, H, Sq, Sk, D, Hkv=None, itemsize=4) -> float:
 
 
 def pytorch_attention(causal=False, scale=None) -> dict:
-    """PyTorch's ways of computing attention on this GPU: eager math (matmul, softmax, matmul) and
-    ``scaled_dot_product_attention`` pinned to each backend. A backend that cannot run the
-    inputs is reported by ``measure`` as unsupported rather than silently replaced."""
+    """PyTorch's ways of computing attention on this GPU: eager math
+    (matmul, softmax, matmul) and ``scaled_dot_product_attention`` pinned to each
+    backend. A backend that cannot run the inputs is reported by ``measure`` as
+    unsupported rather than silently replaced."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
 
     def eager(q, k, v):
-        s = q @ k.transpose(-2, -1) * (scale if scale is not None else q.shape[-1] ** -0.5)
+        s = q @ k.transpose(-2, -1) * (scale if scale is not None
+                                       else q.shape[-1] ** -0.5)
         if causal:
             sq, sk = s.shape[-2:]
-            s = s.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device=s.device).tril(sk - sq).logical_not(),
+            s = s.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device=s.device)
+                              .tril(sk - sq).logical_not(),
                               float("-inf"))
         return torch.softmax(s, dim=-1) @ v
 
     def pinned(backend):
         def run(q, k, v):
             with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                      scale=scale)
         return run
 
     fns = {"torch eager": eager}
     for label, backend in (("sdpa flash", SDPBackend.FLASH_ATTENTION),
                            ("sdpa efficient", SDPBackend.EFFICIENT_ATTENTION),
-                           ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa math", SDPBackend.MATH)):
+                           ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION),
+                           ("sdpa math", SDPBackend.MATH)):
         fns[label] = pinned(backend)
     return fns
 
 
 @dataclass
 class Result:
-    """One chapter's benchmark: a row per (implementation, case), and where it was measured."""
+    """One chapter's benchmark: a row per (implementation, case), and where it was
+    measured."""
     chapter: str
     rows: list = field(default_factory=list)
     machine: dict = field(default_factory=dict)
@@ -146,7 +159,8 @@ class Result:
     def select(self, **where):
         return [r for r in self.rows if all(r.get(k) == v for k, v in where.items())]
 
-    def table(self, columns=("impl", "ms", "tflops", "gbs", "pct_peak"), **where) -> str:
+    def table(self, columns=("impl", "ms", "tflops", "gbs", "pct_peak"),
+              **where) -> str:
         """The rows as a Markdown table (unsupported runs show their reason)."""
         rows = self.select(**where)
         keys = [c for c in columns if any(c in r for r in rows)]
@@ -165,7 +179,8 @@ class Result:
 
     def describe(self) -> str:
         m = self.machine
-        return (f"chapter {self.chapter}: {m.get('gpu')} (sm_{m.get('capability', '?')}), torch "
+        return (f"chapter {self.chapter}: {m.get('gpu')} "
+                f"(sm_{m.get('capability', '?')}), torch "
                 f"{m.get('torch')}, CUDA {m.get('cuda')}, recorded {m.get('date')}")
 
 
@@ -173,24 +188,27 @@ def machine_record() -> dict:
     _require_gpu("machine_record")
     p = torch.cuda.get_device_properties(torch.cuda.current_device())
     peaks = device_peaks()
-    return dict(gpu=p.name, capability=f"{p.major}{p.minor}", sms=p.multi_processor_count,
-                memory_gib=round(p.total_memory / 2**30, 1), torch=torch.__version__, cuda=torch.version.cuda,
+    return dict(gpu=p.name, capability=f"{p.major}{p.minor}",
+                sms=p.multi_processor_count,
+                memory_gib=round(p.total_memory / 2**30, 1), torch=torch.__version__,
+                cuda=torch.version.cuda,
                 date=datetime.date.today().isoformat(), peaks=peaks)
 
 
 def measure(impl: str, fn, case: dict, *, flops: float, bytes: float, peaks: dict,
             compute="fp32_tflops", **timing) -> dict:
-    """Time ``fn`` and return a row: the case, the median time, TFLOP/s, GB/s, % of the device's
-    peak (compute-bound work against ``peaks[compute]``, memory-bound work, ``flops=0``, against
-    bandwidth), and peak memory above what was live. An implementation that raises is recorded
-    as unsupported with its error."""
+    """Time ``fn`` and return a row: the case, the median time, TFLOP/s, GB/s, % of the
+    device's peak (compute-bound work against ``peaks[compute]``, memory-bound work,
+    ``flops=0``, against bandwidth), and peak memory above what was live. An
+    implementation that raises is recorded as unsupported with its error."""
     from .memory import peak_memory
     row = dict(case, impl=impl)
     try:
         mem, _ = peak_memory(fn, "cuda")
         t = time_cuda(fn, **timing)
     except (RuntimeError, NotImplementedError, ValueError) as e:
-        return dict(row, ms=None, error=str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return dict(row, ms=None,
+                    error=str(e).splitlines()[0] if str(e) else type(e).__name__)
     ms = t["median_ms"]
     row.update(ms=ms, times_ms=t["times_ms"], peak_mem_bytes=mem, gbs=bytes / ms / 1e6)
     if flops:
@@ -204,7 +222,8 @@ def measure(impl: str, fn, case: dict, *, flops: float, bytes: float, peaks: dic
 
 def results_dir() -> pathlib.Path:
     """Where recorded results live: ``$ATTNBOOK_RESULTS`` if set, else the package's own
-    ``bench/results`` (package data, so an installed wheel and a Colab reader find them)."""
+    ``bench/results`` (package data, so an installed wheel and a Colab reader find
+    them)."""
     if os.environ.get("ATTNBOOK_RESULTS"):
         return pathlib.Path(os.environ["ATTNBOOK_RESULTS"])
     return pathlib.Path(__file__).resolve().parent / "results"
@@ -215,8 +234,8 @@ def _slug(name: str) -> str:
 
 
 def save(result: Result) -> pathlib.Path:
-    """Write ``result`` to ``results_dir()/<chapter>/<gpu>.json``. Only a result measured on this
-    machine's GPU may be saved."""
+    """Write ``result`` to ``results_dir()/<chapter>/<gpu>.json``. Only a result
+    measured on this machine's GPU may be saved."""
     _require_gpu("saving benchmark results")
     if result.machine.get("gpu") != torch.cuda.get_device_name():
         raise ValueError("a result is saved only by the machine that measured it")
@@ -229,21 +248,24 @@ def save(result: Result) -> pathlib.Path:
 def load(chapter: str) -> list:
     """Every recorded result of a chapter, one per device, newest first."""
     folder = results_dir() / chapter
-    found = [Result(**json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    found = ([Result(**json.loads(p.read_text()))
+              for p in sorted(folder.glob("*.json"))]
+             if folder.is_dir() else [])
     return sorted(found, key=lambda r: r.machine.get("date", ""), reverse=True)
 
 
 def run_or_load(chapter: str, suite):
-    """On a GPU: run ``suite()`` (a list of rows), save and return it. Without one: the recorded
-    results of the chapter (possibly none). Prints where the numbers come from."""
+    """On a GPU: run ``suite()`` (a list of rows), save and return it. Without one: the
+    recorded results of the chapter (possibly none). Prints where the numbers come
+    from."""
     if torch.cuda.is_available():
         result = Result(chapter, rows=suite(), machine=machine_record())
         print(f"measured now and saved to {save(result)}: {result.describe()}")
         return [result]
     recorded = load(chapter)
     if not recorded:
-        print(f"No GPU here, and no results are recorded yet for chapter {chapter}: run this "
-              "notebook on a GPU (for instance in Colab) to measure them.")
+        print(f"No GPU here, and no results are recorded yet for chapter {chapter}: "
+              "run this notebook on a GPU (for instance in Colab) to measure them.")
     for r in recorded:
         print("recorded results:", r.describe())
     return recorded

@@ -34,19 +34,20 @@ class _AllocationTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace == "attnbook":
             # A registered op of the book is one opaque call here; its workspaces are
-            # allocated inside it. Run its CPU implementation with this mode active again,
-            # so every tensor it allocates is counted too.
+            # allocated inside it. Run its CPU implementation with this mode active
+            # again, so every tensor it allocates is counted too.
             with self:
                 return func.redispatch(_CPU, *args, **(kwargs or {}))
         out = func(*args, **(kwargs or {}))
-        if func.is_view:      # no new memory (and perhaps a view of a tensor made before)
+        if func.is_view:  # no new memory (and perhaps a view of a tensor made before)
             return out
         for t in (out if isinstance(out, (tuple, list)) else (out,)):
             if isinstance(t, torch.Tensor) and t.device.type == "cpu":
                 key = t.untyped_storage().data_ptr()
                 if not key:
                     continue
-                if key not in self.live:    # a new allocation, not a view of a tracked one
+                # a new allocation, not a view of a tracked one
+                if key not in self.live:
                     self.live[key] = [t.untyped_storage().nbytes(), 0]
                     self.current += self.live[key][0]
                     self.peak = max(self.peak, self.current)
@@ -56,7 +57,8 @@ class _AllocationTracker(TorchDispatchMode):
 
 
 def peak_memory(fn, device) -> tuple[int, object]:
-    """Run ``fn()`` and return ``(peak bytes allocated during the call, fn's result)``."""
+    """Run ``fn()`` and return
+    ``(peak bytes allocated during the call, fn's result)``."""
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)

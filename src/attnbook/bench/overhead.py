@@ -3,11 +3,12 @@ dispatch and the wrapper, with the kernel's own time taken out.
 
     python -m attnbook.bench.overhead
 
-Times, on tiny inputs (B = H = 1, S = 1, D = 32) where the kernel is nearly free, the median
-of many calls of: the extension's own function called directly (kernel + pybind), the
-registered op (``torch.ops.attnbook.flash_forward``), and ``ab.attention``. The differences
-are the costs of the layers above the extension. On the CPU the kernel runs on the emulator;
-on a GPU the calls are asynchronous, so the figures are launch-side costs.
+Times, on tiny inputs (B = H = 1, S = 1, D = 32) where the kernel is nearly free, the
+median of many calls of: the extension's own function called directly (kernel + pybind),
+the registered op (``torch.ops.attnbook.flash_forward``), and ``ab.attention``. The
+differences are the costs of the layers above the extension. On the CPU the kernel runs
+on the emulator; on a GPU the calls are asynchronous, so the figures are launch-side
+costs.
 """
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""Each chapter's benchmark: the workloads, the implementations timed side by side, and the
-PyTorch baselines, as rows for :mod:`attnbook.bench`. Run on a GPU with::
+"""Each chapter's benchmark: the workloads, the implementations timed side by side, and
+the PyTorch baselines, as rows for :mod:`attnbook.bench`. Run on a GPU with::
 
-    python -m attnbook.bench 02 03 04 05      # writes bench/results/<chapter>/<gpu>.json
+    python -m attnbook.bench 02 03 04 05  # writes bench/results/<chapter>/<gpu>.json
 
-or from a chapter's benchmark cell with ``ab.bench.run_or_load(chapter, SUITES[chapter])``.
+or from a chapter's benchmark cell with
+``ab.bench.run_or_load(chapter, SUITES[chapter])``.
 """
 from __future__ import annotations
 
@@ -26,21 +27,26 @@ B, H, D = 4, 8, 64   # the book's headline attention shape (fp32)
 
 def _qkv(S, dtype=torch.float32, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
-    return [torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=g) for _ in range(3)]
+    return [torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=g)
+            for _ in range(3)]
 
 
 def attention_suite(impls, lengths=(256, 512, 1024, 2048), causal=False):
-    """Every implementation in ``impls`` (names of ``attention(impl=...)``) and every PyTorch
-    baseline, on [B, H, S, D] fp32 inputs for each S."""
+    """Every implementation in ``impls`` (names of ``attention(impl=...)``) and every
+    PyTorch baseline, on [B, H, S, D] fp32 inputs for each S."""
     peaks, rows = bench.device_peaks(), []
     for S in lengths:
         q, k, v = _qkv(S)
         case = dict(S=S, B=B, H=H, D=D, causal=causal, dtype="float32")
-        work = dict(flops=bench.attention_flops(B, H, S, S, D, causal), bytes=bench.attention_bytes(B, H, S, S, D),
+        work = dict(flops=bench.attention_flops(B, H, S, S, D, causal),
+                    bytes=bench.attention_bytes(B, H, S, S, D),
                     peaks=peaks)
-        fns = {f"attnbook {impl}": (lambda impl=impl: attention(q, k, v, is_causal=causal, impl=impl))
+        fns = {f"attnbook {impl}": (lambda impl=impl: attention(q, k, v,
+                                                                is_causal=causal,
+                                                                impl=impl))
                for impl in impls}
-        fns.update({name: (lambda f=f: f(q, k, v)) for name, f in bench.pytorch_attention(causal).items()})
+        fns.update({name: (lambda f=f: f(q, k, v))
+                    for name, f in bench.pytorch_attention(causal).items()})
         rows += [bench.measure(name, fn, case, **work) for name, fn in fns.items()]
         del q, k, v
         torch.cuda.empty_cache()
@@ -52,38 +58,48 @@ def chapter02():
 
 
 def chapter03():
-    """Row softmax of rows·n = 2²⁴ floats for several row lengths: bandwidth-bound, so the
-    figure of merit is GB/s (8 bytes per element: one read, one write) against the peak."""
+    """Row softmax of rows·n = 2²⁴ floats for several row lengths: bandwidth-bound, so
+    the figure of merit is GB/s (8 bytes per element: one read, one write) against the
+    peak."""
     peaks, rows = bench.device_peaks(), []
     for n in (128, 512, 2048, 8192, 32768):
         x = torch.randn(2**24 // n, n, device="cuda")
         case = dict(n=n, rows=x.shape[0])
         fns = {k: (lambda k=k: softmax(x, k)) for k in SOFTMAX_KERNELS}
         fns["torch.softmax"] = lambda: torch.softmax(x, -1)
-        rows += [bench.measure(name, fn, case, flops=0, bytes=8.0 * x.numel(), peaks=peaks) for name, fn in fns.items()]
+        rows += [bench.measure(name, fn, case, flops=0, bytes=8.0 * x.numel(),
+                               peaks=peaks)
+                 for name, fn in fns.items()]
     return rows
 
 
 def chapter04():
-    """The GEMM progression on attention's two products (batch B·H; QKᵀ is S×S×D, PV is S×D×S),
-    against torch.matmul in fp32 (TF32 off: the same arithmetic as ours); then the assembled
-    tiled attention against the naive one and PyTorch."""
+    """The GEMM progression on attention's two products (batch B·H; QKᵀ is S×S×D, PV is
+    S×D×S), against torch.matmul in fp32 (TF32 off: the same arithmetic as ours); then
+    the assembled tiled attention against the naive one and PyTorch."""
     peaks, rows = bench.device_peaks(), []
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
         for S in (1024, 2048):
             g = torch.Generator(device="cuda").manual_seed(0)
-            q, k = (torch.randn(B * H, S, D, device="cuda", generator=g) for _ in range(2))
+            q, k = (torch.randn(B * H, S, D, device="cuda", generator=g)
+                    for _ in range(2))
             p = torch.randn(B * H, S, S, device="cuda", generator=g)
             for product, a, b, nt in (("QK^T", q, k, True), ("PV", p, k, False)):
                 M, N, K = S, (S if nt else D), (D if nt else S)
                 case = dict(S=S, product=product, M=M, N=N, K=K, batch=B * H)
-                work = dict(flops=2.0 * B * H * M * N * K, bytes=4.0 * B * H * (M * K + N * K + M * N), peaks=peaks)
+                work = dict(flops=2.0 * B * H * M * N * K,
+                            bytes=4.0 * B * H * (M * K + N * K + M * N), peaks=peaks)
                 for step, what in GEMM_STEPS.items():
-                    rows.append(bench.measure(f"{step}: {what}", lambda a=a, b=b, s=step, nt=nt: gemm(a, b, transpose_b=nt, step=s),
+                    rows.append(bench.measure(f"{step}: {what}",
+                                              lambda a=a, b=b, s=step, nt=nt:
+                                                  gemm(a, b, transpose_b=nt, step=s),
                                               case, **work))
-                rows.append(bench.measure("torch.matmul", lambda a=a, b=b, nt=nt: a @ (b.mT if nt else b), case, **work))
+                rows.append(bench.measure("torch.matmul",
+                                          lambda a=a, b=b, nt=nt:
+                                              a @ (b.mT if nt else b),
+                                          case, **work))
             del q, k, p
             torch.cuda.empty_cache()
     finally:
@@ -92,8 +108,8 @@ def chapter04():
 
 
 def chapter05():
-    """Strided attention at S = 4096: gathering every stride-th key against computing all scores
-    and masking, for several strides, with and without causal."""
+    """Strided attention at S = 4096: gathering every stride-th key against computing
+    all scores and masking, for several strides, with and without causal."""
     peaks, rows = bench.device_peaks(), []
     S = 4096
     q, k, v = _qkv(S)
@@ -101,38 +117,48 @@ def chapter05():
         for stride in (1, 2, 4, 8, 16, 32):
             case = dict(S=S, stride=stride, causal=causal)
             attended = S / stride
-            work = dict(flops=bench.attention_flops(B, H, S, attended, D, causal), bytes=bench.attention_bytes(B, H, S, S, D),
+            work = dict(flops=bench.attention_flops(B, H, S, attended, D, causal),
+                        bytes=bench.attention_bytes(B, H, S, S, D),
                         peaks=peaks)
             opts = dict(is_causal=causal, stride=stride)
-            rows.append(bench.measure("tiled, gather", lambda o=opts: three_kernels(q, k, v, **o),
+            rows.append(bench.measure("tiled, gather",
+                                      lambda o=opts: three_kernels(q, k, v, **o),
                                       case, **work))
             rows.append(bench.measure("tiled, dense + mask",
-                                      lambda o=opts: three_kernels(q, k, v, **o, gather=False),
+                                      lambda o=opts: three_kernels(q, k, v, **o,
+                                                                   gather=False),
                                       case, **work))
     return rows
 
 
 def chapter07():
-    """The fused kernel against naive, tiled, eager and every SDPA backend at the headline shapes
-    (B=4, H=8, D=64, fp32, S = 512 … 4096), without and with causal; then the Br×Bc sweep at
-    S = 2048."""
+    """The fused kernel against naive, tiled, eager and every SDPA backend at the
+    headline shapes (B=4, H=8, D=64, fp32, S = 512 … 4096), without and with causal;
+    then the Br×Bc sweep at S = 2048."""
     lengths = (512, 1024, 2048, 4096)
-    rows = attention_suite(["flash", "tiled", "naive"], lengths) + attention_suite(["flash", "tiled"], lengths, causal=True)
+    rows = (attention_suite(["flash", "tiled", "naive"], lengths)
+            + attention_suite(["flash", "tiled"], lengths, causal=True))
     peaks, S = bench.device_peaks(), 2048
     q, k, v = _qkv(S)
     for causal in (False, True):
-        work = dict(flops=bench.attention_flops(B, H, S, S, D, causal), bytes=bench.attention_bytes(B, H, S, S, D),
+        work = dict(flops=bench.attention_flops(B, H, S, S, D, causal),
+                    bytes=bench.attention_bytes(B, H, S, S, D),
                     peaks=peaks)
         for br, bc in FLASH_FP32_SWEEP:
-            rows.append(bench.measure("flash sweep", lambda t=(br, bc): flash_attention_fp32(q, k, v, causal=causal, tiles=t),
-                                      dict(S=S, Br=br, Bc=bc, causal=causal, sweep=True), **work))
+            rows.append(bench.measure("flash sweep",
+                                      lambda t=(br, bc): flash_attention_fp32(
+                                          q, k, v, causal=causal, tiles=t),
+                                      dict(S=S, Br=br, Bc=bc, causal=causal,
+                                           sweep=True),
+                                      **work))
     return rows
 
 
 def chapter08():
     """Every step of the tensor-core kernel against SDPA's backends, side by side: fp16
-    (and bf16 where the GPU has it), D = 64 and 128, causal and not, S = 512 … 16384 with
-    B·H = 16·2048 / S · 8 rows of work (the GPU stays full); then step 5's tile sweep."""
+    (and bf16 where the GPU has it), D = 64 and 128, causal and not, S = 512 … 16384
+    with B·H = 16·2048 / S · 8 rows of work (the GPU stays full); then step 5's tile
+    sweep."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
     peaks, rows = bench.device_peaks(), []
@@ -166,7 +192,8 @@ def chapter08():
     return rows
 
 
-# Chapter 9's decode shape: Llama-style grouped heads (32 query heads, 8 kv heads), fp16.
+# Chapter 9's decode shape: Llama-style grouped heads (32 query heads, 8 kv heads),
+# fp16.
 DECODE_H, DECODE_HKV, DECODE_D = 32, 8, 128
 
 
@@ -177,10 +204,11 @@ def decode_bytes(B, L, H=DECODE_H, Hkv=DECODE_HKV, D=DECODE_D, itemsize=2) -> fl
 
 
 def chapter09():
-    """One decode step (Sq = 1, fp16, H = 32, Hkv = 8, D = 128) against caches of L keys for
-    B sequences: achieved bandwidth as % of the GPU's peak, with the split heuristic, without
-    splitting, through a paged cache (16-position pages in shuffled order), and PyTorch's
-    SDPA on the same contiguous cache (grouped heads, every key valid, so no mask)."""
+    """One decode step (Sq = 1, fp16, H = 32, Hkv = 8, D = 128) against caches of L keys
+    for B sequences: achieved bandwidth as % of the GPU's peak, with the split
+    heuristic, without splitting, through a paged cache (16-position pages in shuffled
+    order), and PyTorch's SDPA on the same contiguous cache (grouped heads, every key
+    valid, so no mask)."""
     import torch.nn.functional as F
     peaks, rows = bench.device_peaks(), []
     H, Hkv, D, dt = DECODE_H, DECODE_HKV, DECODE_D, torch.float16
@@ -196,26 +224,28 @@ def chapter09():
             pages = B * L // 16
             perm = torch.randperm(pages, device="cuda", generator=g).int()
             table = perm.view(B, L // 16)
-            kp, vp = (torch.empty(pages, Hkv, 16, D, device="cuda", dtype=dt) for _ in range(2))
-            kp[table.flatten().long()] = kc.view(B, Hkv, L // 16, 16, D).transpose(1, 2) \
-                .reshape(pages, Hkv, 16, D)
-            vp[table.flatten().long()] = vc.view(B, Hkv, L // 16, 16, D).transpose(1, 2) \
-                .reshape(pages, Hkv, 16, D)
+            kp, vp = (torch.empty(pages, Hkv, 16, D, device="cuda", dtype=dt)
+                      for _ in range(2))
+            kp[table.flatten().long()] = kc.view(B, Hkv, L // 16, 16, D) \
+                .transpose(1, 2).reshape(pages, Hkv, 16, D)
+            vp[table.flatten().long()] = vc.view(B, Hkv, L // 16, 16, D) \
+                .transpose(1, 2).reshape(pages, Hkv, 16, D)
             case = dict(B=B, L=L, H=H, Hkv=Hkv, D=D, dtype="float16")
             work = dict(flops=0, bytes=decode_bytes(B, L), peaks=peaks)
-            # The registered op on inputs checked once: the public entry point also reads
-            # the lengths and pages back to the host to check them, which a serving loop
-            # does once per step for all layers.
+            # The registered op on inputs checked once: the public entry point also
+            # reads the lengths and pages back to the host to check them, which a
+            # serving loop does once per step for all layers.
             splits = choose_num_splits(B, Hkv, H // Hkv, L, "cuda")
             scale = D ** -0.5
             fns = {
-                "attnbook split-K": lambda: decode_attention(q, kc, vc, lens, None, 0, splits,
-                                                             True, scale),
-                "attnbook no split": lambda: decode_attention(q, kc, vc, lens, None, 0, 1, True,
-                                                              scale),
-                "attnbook paged": lambda: decode_attention(q, kp, vp, lens, table, 0, splits,
-                                                           True, scale),
-                "torch sdpa": lambda: F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True),
+                "attnbook split-K": lambda: decode_attention(q, kc, vc, lens, None, 0,
+                                                             splits, True, scale),
+                "attnbook no split": lambda: decode_attention(q, kc, vc, lens, None, 0,
+                                                              1, True, scale),
+                "attnbook paged": lambda: decode_attention(q, kp, vp, lens, table, 0,
+                                                           splits, True, scale),
+                "torch sdpa": lambda: F.scaled_dot_product_attention(q, kc, vc,
+                                                                     enable_gqa=True),
             }
             case["num_splits"] = splits
             rows += [bench.measure(name, fn, case, **work) for name, fn in fns.items()]
@@ -244,25 +274,29 @@ def chapter11():
                               ("sdpa math", SDPBackend.MATH)):
             try:
                 with sdpa_kernel(backend):
-                    outs[name] = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    outs[name] = F.scaled_dot_product_attention(q, k, v,
+                                                                is_causal=causal)
             except RuntimeError as e:
-                rows.append(dict(case, impl=name, ms=None, error=str(e).splitlines()[0]))
+                rows.append(dict(case, impl=name, ms=None,
+                                 error=str(e).splitlines()[0]))
         for name, o in outs.items():
             rows.append(bench.measure(
-                name, lambda o=o: torch.autograd.grad(o, (q, k, v), do, retain_graph=True),
+                name,
+                lambda o=o: torch.autograd.grad(o, (q, k, v), do, retain_graph=True),
                 case, **work))
         del q, k, v, do, outs
         torch.cuda.empty_cache()
     return rows
 
 
-SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05, "07": chapter07,
-          "08": chapter08, "09": chapter09, "11": chapter11}
+SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05,
+          "07": chapter07, "08": chapter08, "09": chapter09, "11": chapter11}
 
 
 def main(chapters):
     for chapter in chapters or SUITES:
         if chapter not in SUITES:
-            raise SystemExit(f"no benchmark for chapter {chapter!r}; there are {sorted(SUITES)}")
+            raise SystemExit(f"no benchmark for chapter {chapter!r}; "
+                             f"there are {sorted(SUITES)}")
         bench.run_or_load(chapter, SUITES[chapter])
 

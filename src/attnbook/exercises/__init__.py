@@ -2,13 +2,13 @@
 
     print(ab.exercises.grade("relu_grid_stride", MY_KERNEL))
 
-The reader writes the ``__global__`` kernel (and any ``__device__`` helpers); the exercise
-adds a fixed host launcher and torch wrapper, compiles the text with :func:`attnbook.compile`
-and runs it on inputs chosen to catch the usual mistakes (sizes off the block size, one
-element, long rows). Without a GPU every case runs on the emulator under the forward,
-reverse and shuffled thread orders, so a missing barrier shows; on a GPU each case runs once
-and the report adds the kernel's time next to PyTorch's. The report says which case failed,
-under which order, and by how much.
+The reader writes the ``__global__`` kernel (and any ``__device__`` helpers); the
+exercise adds a fixed host launcher and torch wrapper, compiles the text with
+:func:`attnbook.compile` and runs it on inputs chosen to catch the usual mistakes
+(sizes off the block size, one element, long rows). Without a GPU every case runs on the
+emulator under the forward, reverse and shuffled thread orders, so a missing barrier
+shows; on a GPU each case runs once and the report adds the kernel's time next to
+PyTorch's. The report says which case failed, under which order, and by how much.
 """
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ def _first_difference(got, want, rtol, atol):
     """A sentence on where ``got`` and ``want`` first differ, or None if they agree."""
     if got.shape != want.shape:
         return f"shape {tuple(got.shape)}, expected {tuple(want.shape)}"
-    bad = ~torch.isclose(got.double(), want.double(), rtol=rtol, atol=atol, equal_nan=True)
+    bad = ~torch.isclose(got.double(), want.double(), rtol=rtol, atol=atol,
+                         equal_nan=True)
     if not bad.any():
         return None
     where = tuple(int(i) for i in bad.nonzero()[0])
@@ -62,7 +63,8 @@ def _first_difference(got, want, rtol, atol):
 
 
 def grade(name: str, source: str, *, backend: str | None = None) -> GradeReport:
-    """Compile the reader's ``source`` for exercise ``name`` and check it on every case."""
+    """Compile the reader's ``source`` for exercise ``name`` and check it on every
+    case."""
     ex = _exercise(name)
     backend = backend or ("cuda" if has_gpu() else "emulator")
     device = "cuda" if backend == "cuda" else "cpu"
@@ -85,7 +87,8 @@ def grade(name: str, source: str, *, backend: str | None = None) -> GradeReport:
                     with thread_order(*order):
                         got = fn(*inputs)
             except RuntimeError as e:
-                return GradeReport(name, False, [f"case {case}: the kernel failed: {e}"])
+                return GradeReport(name, False,
+                                   [f"case {case}: the kernel failed: {e}"])
             wrong = _first_difference(got, want, ex.rtol, ex.atol)
             if wrong:
                 under = f" under thread order '{order[0]}'" if order else ""

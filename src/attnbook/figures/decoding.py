@@ -13,13 +13,14 @@ import torch
 from ..bench.harness import PEAKS
 
 __all__ = ["decode_intensity", "plot_roofline", "split_states", "plot_split_states",
-           "RequestMix", "simulate_kv_memory", "plot_kv_memory", "plot_decode_bandwidth"]
+           "RequestMix", "simulate_kv_memory", "plot_kv_memory",
+           "plot_decode_bandwidth"]
 
 
 def decode_intensity(H, Hkv, Sq=1, itemsize=2) -> float:
     """FLOPs per byte of one decode step's attention: 4·H·Sq·L·D FLOPs over the
-    2·Hkv·L·D·itemsize bytes of the cache it reads (q and o are negligible): independent of
-    the length L, the head dimension D and the batch B."""
+    2·Hkv·L·D·itemsize bytes of the cache it reads (q and o are negligible): independent
+    of the length L, the head dimension D and the batch B."""
     return 4 * H * Sq / (2 * Hkv * itemsize)
 
 
@@ -30,8 +31,8 @@ def _peaks(gpu):
 def plot_roofline(gpus=("T4", "A100"), batches=(1, 8, 64, 256), d_model=4096, ax=None):
     """The fp16 roofline of each GPU, with one point per batch size for a decode step's
     attention (multi-head, and grouped with 4 query heads per kv head) and for a
-    d_model × d_model weight matrix applied to the B new tokens (2·B·d² FLOPs over the d²
-    fp16 weights: intensity ≈ B)."""
+    d_model × d_model weight matrix applied to the B new tokens (2·B·d² FLOPs over the
+    d² fp16 weights: intensity ≈ B)."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.2))
     xs = [2.0 ** (e / 8) for e in range(-16, 97)]
@@ -39,7 +40,8 @@ def plot_roofline(gpus=("T4", "A100"), batches=(1, 8, 64, 256), d_model=4096, ax
         p = _peaks(gpu)
         ridge = p["fp16_tflops"] * 1e12 / (p["bandwidth_gbs"] * 1e9)
         ax.plot(xs, [min(p["fp16_tflops"], x * p["bandwidth_gbs"] / 1e3) for x in xs],
-                "k" + style, lw=1, label=f"{gpu} roofline (ridge at {ridge:.0f} FLOP/B)")
+                "k" + style, lw=1,
+                label=f"{gpu} roofline (ridge at {ridge:.0f} FLOP/B)")
     p = _peaks(gpus[-1])
     bw = p["bandwidth_gbs"] / 1e3   # TB/s: TFLOP/s per FLOP/byte
 
@@ -60,17 +62,18 @@ def plot_roofline(gpus=("T4", "A100"), batches=(1, 8, 64, 256), d_model=4096, ax
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of memory traffic)")
     ax.set_ylabel("attainable TFLOP/s (fp16)")
-    ax.set_title(f"One decode step on the roofline (points on the {gpus[-1]}'s)", fontsize=10)
+    ax.set_title(f"One decode step on the roofline (points on the {gpus[-1]}'s)",
+                 fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3, which="both")
     return ax
 
 
 def split_states(scores: torch.Tensor, values: torch.Tensor, num_splits: int):
-    """What split-K computes for one query row, in float64: the keys cut into ``num_splits``
-    chunks; for each, the softmax weights normalized within the chunk, its output o_s and
-    its log-sum-exp lse_s; then the merge, lse = log Σ exp(lse_s), o = Σ exp(lse_s − lse) o_s.
-    Returns (chunks, weights, outputs, lses, lse, o)."""
+    """What split-K computes for one query row, in float64: the keys cut into
+    ``num_splits`` chunks; for each, the softmax weights normalized within the chunk,
+    its output o_s and its log-sum-exp lse_s; then the merge, lse = log Σ exp(lse_s),
+    o = Σ exp(lse_s − lse) o_s. Returns (chunks, weights, outputs, lses, lse, o)."""
     scores, values = scores.double(), values.double()
     chunks = list(torch.arange(len(scores)).chunk(num_splits))
     weights = [torch.softmax(scores[c], 0) for c in chunks]
@@ -82,16 +85,17 @@ def split_states(scores: torch.Tensor, values: torch.Tensor, num_splits: int):
 
 
 def plot_split_states(scores: torch.Tensor, values: torch.Tensor, num_splits: int):
-    """Left: each split's weights, normalized over its own keys, with its lse_s. Right: the
-    same weights times exp(lse_s − lse), the merge's factor, against the softmax of the
-    whole row."""
+    """Left: each split's weights, normalized over its own keys, with its lse_s. Right:
+    the same weights times exp(lse_s − lse), the merge's factor, against the softmax of
+    the whole row."""
     chunks, weights, _, lses, lse, _ = split_states(scores, values, num_splits)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.4), sharex=True)
     full = torch.softmax(scores.double(), 0)
     for s, (c, w) in enumerate(zip(chunks, weights)):
         a.bar(c.numpy(), w.numpy(), width=1.0, color=f"C{s}",
               label=f"split {s}: lse = {lses[s]:.2f}")
-        b.bar(c.numpy(), (w * torch.exp(lses[s] - lse)).numpy(), width=1.0, color=f"C{s}")
+        b.bar(c.numpy(), (w * torch.exp(lses[s] - lse)).numpy(), width=1.0,
+              color=f"C{s}")
     b.plot(full.numpy(), "k.", ms=3, label="softmax of the whole row")
     a.set_title("partial states: each split normalizes over its own keys", fontsize=10)
     b.set_title(f"merged: × exp(lse_s − lse), lse = {lse:.2f}", fontsize=10)
@@ -124,8 +128,9 @@ class RequestMix:
 
 
 def simulate_kv_memory(mix: RequestMix = RequestMix(), block_sizes=(16,)):
-    """Positions of KV cache per step: tokens actually held, reserved by a contiguous cache
-    (max_len per live request), and reserved in pages of each block size (whole pages)."""
+    """Positions of KV cache per step: tokens actually held, reserved by a contiguous
+    cache (max_len per live request), and reserved in pages of each block size
+    (whole pages)."""
     requests = mix.draw()
     steps = max(o for _, o in requests) + 1
     held, contiguous = [], []
@@ -160,7 +165,8 @@ def plot_decode_bandwidth(result, batches=None):
     """Recorded chapter 9 rows: % of the GPU's peak bandwidth against the cached length,
     one panel per batch size, one line per implementation."""
     batches = batches or sorted({r["B"] for r in result.rows})
-    fig, axes = plt.subplots(1, len(batches), figsize=(3.6 * len(batches), 3.4), sharey=True)
+    fig, axes = plt.subplots(1, len(batches), figsize=(3.6 * len(batches), 3.4),
+                             sharey=True)
     for ax, b in zip(axes if len(batches) > 1 else [axes], batches):
         impls = {}
         for r in result.select(B=b):

@@ -1,7 +1,7 @@
-"""Diagrams of how kernels map threads to data: chapter 2's grid over the scores, chapter 4's
-tiles through shared memory, chapter 7's query tiles and K/V stream, chapter 8's
-tensor-core fragments and shared-memory banks, chapter 11's backward loops; a roofline; and the occupancy limits of a
-kernel."""
+"""Diagrams of how kernels map threads to data: chapter 2's grid over the scores,
+chapter 4's tiles through shared memory, chapter 7's query tiles and K/V stream, chapter
+8's tensor-core fragments and shared-memory banks, chapter 11's backward loops; a
+roofline; and the occupancy limits of a kernel."""
 from __future__ import annotations
 
 import matplotlib.patches as patches
@@ -35,39 +35,43 @@ def _frame(ax, w, h, title, top=-1.5):
 
 def score_grid(sq=40, sk=56, block=16, ax=None):
     """Chapter 2's scores kernel: the S_q × S_k score matrix covered by a grid of
-    block × block thread blocks; threadIdx.x runs along keys, threadIdx.y along queries, and
-    the threads of partial blocks past the edge do nothing."""
+    block × block thread blocks; threadIdx.x runs along keys, threadIdx.y along queries,
+    and the threads of partial blocks past the edge do nothing."""
     ax = ax or plt.subplots(figsize=(6, 4.5))[1]
     gx, gy = -(-sk // block), -(-sq // block)
     _box(ax, 0, 0, gx * block, gy * block, GREY, alpha=0.4)
     _box(ax, 0, 0, sk, sq, "white")
     for by in range(gy):
         for bx in range(gx):
-            ax.add_patch(patches.Rectangle((bx * block, by * block), block, block, fill=False,
-                                           edgecolor=BLUE, linewidth=1.2))
+            ax.add_patch(patches.Rectangle((bx * block, by * block), block, block,
+                                           fill=False, edgecolor=BLUE, linewidth=1.2))
             ax.text(bx * block + 1, by * block + 2.5, f"block ({bx},{by})", fontsize=7,
                     color=BLUE)
     bx, by = 1, 1                                        # one thread of one block
     tx, ty = 5, 9
     _box(ax, bx * block + tx, by * block + ty, 1, 1, ORANGE)
     ax.annotate(f"thread ({tx},{ty}) of block ({bx},{by}):\ns[i = {by * block + ty}]"
-                f"[j = {bx * block + tx}]", xy=(bx * block + tx + 1, by * block + ty + 0.5),
-                xytext=(gx * block + 3, sq * 0.55), fontsize=8, arrowprops=dict(arrowstyle="->"))
+                f"[j = {bx * block + tx}]",
+                xy=(bx * block + tx + 1, by * block + ty + 0.5),
+                xytext=(gx * block + 3, sq * 0.55), fontsize=8,
+                arrowprops=dict(arrowstyle="->"))
     ax.annotate("", xy=(block * 0.9, -0.6), xytext=(0, -0.6),
                 arrowprops=dict(arrowstyle="->", color=BLUE))
     ax.text(0, -1.4, "threadIdx.x → keys j (coalesced stores)", fontsize=8, color=BLUE)
     ax.text(-1, sq / 2, "queries i", rotation=90, fontsize=8, va="center", ha="right")
-    ax.text(gx * block / 2, gy * block + 1, f"S_q = {sq}, S_k = {sk}: threads in grey are "
+    ax.text(gx * block / 2, gy * block + 1,
+            f"S_q = {sq}, S_k = {sk}: threads in grey are "
             "past the edge and return at once", fontsize=8, ha="center", va="top")
     _frame(ax, gx * block + 30, gy * block + 5,
-           f"grid ({gx}, {gy}, B·H) of {block}×{block}-thread blocks over the scores", top=-3)
+           f"grid ({gx}, {gy}, B·H) of {block}×{block}-thread blocks over the scores",
+           top=-3)
     return ax
 
 
 def gemm_tiles(ax=None):
     """Chapter 4's register-blocked GEMM: a block computes a 64 × 64 tile of C; for each
-    k-step a 64 × 16 slab of A and a 16 × 64 slab of B go to shared memory; each of the 256
-    threads keeps a 4 × 4 block of C in registers."""
+    k-step a 64 × 16 slab of A and a 16 × 64 slab of B go to shared memory; each of the
+    256 threads keeps a 4 × 4 block of C in registers."""
     ax = ax or plt.subplots(figsize=(8, 4.5))[1]
     # B above C, A to its left: the usual picture of C = A · B.
     _box(ax, 14, 0, 16, 8, GREY, alpha=0.5)
@@ -76,19 +80,19 @@ def gemm_tiles(ax=None):
     for x, y, label in ((14.3, 0.9, "B (K × N)"), (0.3, 10.9, "A (M × K)"),
                         (14.3, 10.9, "C (M × N)")):
         ax.text(x, y, label, fontsize=8)
-    _box(ax, 18, 14, 6, 6, BLUE, alpha=0.35)               # the block's C tile
-    _box(ax, 18, 0, 6, 8, BLUE, alpha=0.15)                # the panels it reads
+    _box(ax, 18, 14, 6, 6, BLUE, alpha=0.35)             # the block's C tile
+    _box(ax, 18, 0, 6, 8, BLUE, alpha=0.15)              # the panels it reads
     _box(ax, 0, 14, 12, 6, BLUE, alpha=0.15)
-    _box(ax, 18, 3, 6, 1.5, ORANGE)                        # the current k-step
+    _box(ax, 18, 3, 6, 1.5, ORANGE)                      # the current k-step
     ax.text(17.7, 3.9, "Bs", fontsize=8, ha="right")
     _box(ax, 5, 14, 1.5, 6, ORANGE)
     ax.text(5.75, 13.3, "As", fontsize=8, ha="center")
-    _box(ax, 20.4, 16.4, 0.6, 0.6, GREEN)                  # one thread's 4 × 4 registers
+    _box(ax, 20.4, 16.4, 0.6, 0.6, GREEN)                # one thread's 4 × 4 registers
     ax.annotate("a thread's 4 × 4 block of C,\nin registers: 16 FMAs per\n"
                 "4 + 4 shared loads", xy=(21, 16.7), xytext=(32, 17), fontsize=8,
                 arrowprops=dict(arrowstyle="->"))
-    ax.annotate("k-step: 64 × 16 of A and 16 × 64 of B\nloaded once into shared memory, "
-                "read by\nall 256 threads, then the next k-step", xy=(24, 3.7),
+    ax.annotate("k-step: 64 × 16 of A and 16 × 64 of B\nloaded once into shared "
+                "memory, read by\nall 256 threads, then the next k-step", xy=(24, 3.7),
                 xytext=(32, 3), fontsize=8, arrowprops=dict(arrowstyle="->"))
     ax.text(21, 20.8, "block's 64 × 64 tile", fontsize=7, ha="center", color=BLUE)
     _frame(ax, 48, 26, "one thread block of the register-blocked GEMM")
@@ -96,38 +100,40 @@ def gemm_tiles(ax=None):
 
 
 def flash_schedule(ax=None):
-    """Chapter 7's fused kernel: one block per query tile (of one batch and head); K and V
-    tiles stream through shared memory; per thread, a query row, its output row and the
-    running (m, ℓ) stay in registers."""
+    """Chapter 7's fused kernel: one block per query tile (of one batch and head); K and
+    V tiles stream through shared memory; per thread, a query row, its output row and
+    the running (m, ℓ) stay in registers."""
     ax = ax or plt.subplots(figsize=(9, 4.5))[1]
     colors = [BLUE, GREEN, ORANGE, "#8172b3"]
     tiles_q, tiles_k = 4, 6
-    for i in range(tiles_q):                               # one block per query tile
+    for i in range(tiles_q):                             # one block per query tile
         _box(ax, 0, 2 * i, 5, 2, colors[i], f"Q tile {i}\nblock {i}", alpha=0.45)
-    for j in range(tiles_k):                               # the key/value tiles
+    for j in range(tiles_k):                             # the key/value tiles
         _box(ax, 7 + 2 * j, -3, 2, 2.4, GREY, f"K, V\n{j}", alpha=0.6)
-    for j in range(tiles_k):                               # block 1's sweep, tile by tile
+    for j in range(tiles_k):                             # block 1's sweep, tile by tile
         _box(ax, 7 + 2 * j, 2, 2, 2, colors[1], alpha=0.12 + 0.1 * j)
-    ax.annotate("", xy=(7 + 2 * tiles_k, 3), xytext=(7, 3), arrowprops=dict(arrowstyle="->"))
-    ax.text(7 + tiles_k, 8.6, "block 1 visits every K, V tile in turn and updates\nits rows' "
-            "online softmax after each: S and P never leave the chip", fontsize=8,
-            ha="center", va="top")
+    ax.annotate("", xy=(7 + 2 * tiles_k, 3), xytext=(7, 3),
+                arrowprops=dict(arrowstyle="->"))
+    ax.text(7 + tiles_k, 8.6, "block 1 visits every K, V tile in turn and updates\n"
+            "its rows' online softmax after each: S and P never leave the chip",
+            fontsize=8, ha="center", va="top")
     x = 9 + 2 * tiles_k
-    ax.text(x, -1.8, "shared memory: the current K_j and V_j\n(B_c × d floats each), read "
-            "by all B_r threads", fontsize=8, va="center")
-    ax.text(x, 3, "registers, per thread (one query row):\nq and o (d floats each), m, ℓ,\n"
-            "and the row's B_c scores of the tile", fontsize=8, va="center")
+    ax.text(x, -1.8, "shared memory: the current K_j and V_j\n(B_c × d floats each), "
+            "read by all B_r threads", fontsize=8, va="center")
+    ax.text(x, 3, "registers, per thread (one query row):\nq and o (d floats each), "
+            "m, ℓ,\nand the row's B_c scores of the tile", fontsize=8, va="center")
     ax.text(x, 7, "global memory: Q, K, V read; O and L written;\nno S_q × S_k buffer",
             fontsize=8, va="center")
-    _frame(ax, x + 17, 10, "the fused kernel: a block per query tile and (batch, head)", top=-3.5)
+    _frame(ax, x + 17, 10, "the fused kernel: a block per query tile and (batch, head)",
+           top=-3.5)
     return ax
 
 
 def roofline(gpu="A100-SXM4-80GB", points=(), ax=None):
-    """The roofline of ``gpu`` (datasheet peaks of :data:`attnbook.bench.PEAKS`): attainable
-    TFLOP/s against arithmetic intensity, fp32 and fp16 tensor-core roofs. ``points`` are
-    (label, FLOP per byte, TFLOP/s or None): a measured point, or an intensity alone, drawn
-    as a vertical line."""
+    """The roofline of ``gpu`` (datasheet peaks of :data:`attnbook.bench.PEAKS`):
+    attainable TFLOP/s against arithmetic intensity, fp32 and fp16 tensor-core roofs.
+    ``points`` are (label, FLOP per byte, TFLOP/s or None): a measured point, or an
+    intensity alone, drawn as a vertical line."""
     peaks = next(p for name, p in PEAKS if name in gpu)
     bw = peaks["bandwidth_gbs"] / 1e3                     # TB/s: TFLOP/s per FLOP/B
     ax = ax or plt.subplots(figsize=(6, 4))[1]
@@ -135,12 +141,14 @@ def roofline(gpu="A100-SXM4-80GB", points=(), ax=None):
     for key, label, color in (("fp32_tflops", "fp32", BLUE),
                               ("fp16_tflops", "fp16 tensor cores", ORANGE)):
         ax.plot(xs, [min(peaks[key], bw * x) for x in xs], color=color, label=label)
-        ax.annotate(f"ridge {peaks[key] / bw:.0f} FLOP/B", (peaks[key] / bw, peaks[key]),
-                    fontsize=7, color=color, xytext=(4, -12), textcoords="offset points")
+        ax.annotate(f"ridge {peaks[key] / bw:.0f} FLOP/B",
+                    (peaks[key] / bw, peaks[key]), fontsize=7, color=color,
+                    xytext=(4, -12), textcoords="offset points")
     for label, intensity, tflops in points:
         if tflops is None:
             ax.axvline(intensity, color=GREY, linestyle="--")
-            ax.text(intensity, bw * 0.3, f" {label}", rotation=90, fontsize=7, va="bottom")
+            ax.text(intensity, bw * 0.3, f" {label}", rotation=90, fontsize=7,
+                    va="bottom")
         else:
             ax.plot([intensity], [tflops], "o", color=GREEN)
             ax.annotate(label, (intensity, tflops), fontsize=7, xytext=(4, 4),
@@ -152,8 +160,8 @@ def roofline(gpu="A100-SXM4-80GB", points=(), ax=None):
 
 
 def occupancy_bars(registers, shared_bytes, threads, ax=None):
-    """For each architecture, the resident blocks per SM that registers, shared memory and
-    threads each allow; the lowest bar is the limit."""
+    """For each architecture, the resident blocks per SM that registers, shared memory
+    and threads each allow; the lowest bar is the limit."""
     ax = ax or plt.subplots(figsize=(7, 3))[1]
     archs = list(ARCHITECTURES)
     kinds = ["registers", "shared memory", "threads", "blocks"]
@@ -204,8 +212,8 @@ def mma_fragments(k=16, ax=None):
 
 
 def ldmatrix_fragment(ax=None):
-    """ldmatrix.x4: lanes 8m..8m+7 give the addresses of matrix m's rows; every lane gets
-    two elements of each matrix, in the A-fragment layout of mma.sync."""
+    """ldmatrix.x4: lanes 8m..8m+7 give the addresses of matrix m's rows; every lane
+    gets two elements of each matrix, in the A-fragment layout of mma.sync."""
     ax = ax or plt.subplots(figsize=(9, 4.5))[1]
     for m in range(4):
         r0, c0 = 8 * (m % 2), 8 * (m // 2)
@@ -214,8 +222,8 @@ def ldmatrix_fragment(ax=None):
         for lane in range(32):
             for i in range(2):
                 r, c = fragments.ldmatrix(lane, i)
-                _box(ax, c0 + c, r0 + r, 1, 1, REGISTER_COLORS[m], str(lane), alpha=0.55,
-                     fontsize=6)
+                _box(ax, c0 + c, r0 + r, 1, 1, REGISTER_COLORS[m], str(lane),
+                     alpha=0.55, fontsize=6)
     ax.text(8, 17.2, "matrix m lands in register m of every lane: the A operand of "
             "m16n8k16 in one instruction", ha="center", fontsize=8)
     _frame(ax, 16, 17.5, "ldmatrix.sync.aligned.m8n8.x4: a 16 × 16 tile of 16-bit "
@@ -225,10 +233,11 @@ def ldmatrix_fragment(ax=None):
 
 
 def bank_groups(offsets, swizzled, ax=None):
-    """Where the first eight 16-byte chunks of rows 0–7 of a tile of 16-bit elements land
-    among the 8 bank groups of a 128-byte line (banks 4g..4g+3), given the element offsets
-    of chunk starts ``offsets[row][chunk]``, unswizzled and ``swizzled`` (rows of 64 or
-    more elements). Chunk 0 of each row, the column one ldmatrix reads, is coloured."""
+    """Where the first eight 16-byte chunks of rows 0–7 of a tile of 16-bit elements
+    land among the 8 bank groups of a 128-byte line (banks 4g..4g+3), given the element
+    offsets of chunk starts ``offsets[row][chunk]``, unswizzled and ``swizzled``
+    (rows of 64 or more elements). Chunk 0 of each row, the column one ldmatrix reads,
+    is coloured."""
     axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 3.6))[1]
     for a, offs, title in ((axes[0], offsets, "row-major"),
                            (axes[1], swizzled, "swizzled: chunk c ^ (row % 8)")):
@@ -250,7 +259,8 @@ def bank_groups(offsets, swizzled, ax=None):
 def backward_schedule(tiles_q=4, tiles_k=5, ax=None):
     """Chapter 11's two passes over the (query tile, key tile) grid, causal: the dK/dV
     pass gives each key tile a block that walks down its column, the dQ pass gives each
-    query tile a block that walks along its row. Tiles above the diagonal are skipped."""
+    query tile a block that walks along its row. Tiles above the diagonal are
+    skipped."""
     axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 4))[1]
     colors = [BLUE, GREEN, ORANGE, "#8172b3", "#c44e52"]
     titles = ("dK, dV: a block per key tile j, down its column;\n"

@@ -6,8 +6,8 @@ import torch
 
 from ..reference import masks
 
-__all__ = ["draw_mask", "mask_gallery", "plot_metric", "plot_times", "plot_pct_peak", "plot_memory",
-           "plot_speedups", "plot_sweep", "plot_losses"]
+__all__ = ["draw_mask", "mask_gallery", "plot_metric", "plot_times", "plot_pct_peak",
+           "plot_memory", "plot_speedups", "plot_sweep", "plot_losses"]
 
 # (title, Sq, Sk, rules) of each panel of the gallery of mask kinds.
 GALLERY = [
@@ -40,7 +40,7 @@ def mask_gallery():
     return fig
 
 
-# --- benchmark figures (rows as written by attnbook.bench) ---------------------------------
+# --- benchmark figures (rows as written by attnbook.bench) ----------------------------
 
 def _series(result, metric, x):
     """{impl: ([x...], [metric...])} over the rows that ran."""
@@ -54,8 +54,8 @@ def _series(result, metric, x):
 
 
 def plot_metric(result, metric, x="S", ax=None, logy=True, ylabel=None):
-    """One line per implementation: ``metric`` (a row key such as ms, tflops, gbs, pct_peak,
-    peak_mem_bytes) against the case parameter ``x``."""
+    """One line per implementation: ``metric`` (a row key such as ms, tflops, gbs,
+    pct_peak, peak_mem_bytes) against the case parameter ``x``."""
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4))
     for impl, (xs, ys) in _series(result, metric, x).items():
@@ -77,15 +77,18 @@ def plot_times(result, x="S", ax=None):
 
 
 def plot_pct_peak(result, x="S", ax=None):
-    return plot_metric(result, "pct_peak", x, ax, logy=False, ylabel="% of the device's peak")
+    return plot_metric(result, "pct_peak", x, ax, logy=False,
+                       ylabel="% of the device's peak")
 
 
 def plot_memory(result, x="S", ax=None):
-    return plot_metric(result, "peak_mem_bytes", x, ax, ylabel="peak memory above inputs (bytes)")
+    return plot_metric(result, "peak_mem_bytes", x, ax,
+                       ylabel="peak memory above inputs (bytes)")
 
 
 def plot_speedups(result, baseline, x="S", ax=None):
-    """Grouped bars: how many times faster than ``baseline`` each implementation runs, per case."""
+    """Grouped bars: how many times faster than ``baseline`` each implementation runs,
+    per case."""
     times = _series(result, "ms", x)
     if baseline not in times:
         raise ValueError(f"no timings of the baseline {baseline!r}")
@@ -98,8 +101,10 @@ def plot_speedups(result, baseline, x="S", ax=None):
     for n, impl in enumerate(impls):
         mine = dict(zip(*times[impl]))
         ax.bar([c + n * width for c in range(len(cases))],
-               [base[c] / mine[c] if c in mine else 0 for c in cases], width, label=impl)
-    ax.set_xticks([c + width * (len(impls) - 1) / 2 for c in range(len(cases))], [str(c) for c in cases])
+               [base[c] / mine[c] if c in mine else 0 for c in cases], width,
+               label=impl)
+    ax.set_xticks([c + width * (len(impls) - 1) / 2 for c in range(len(cases))],
+                  [str(c) for c in cases])
     ax.axhline(1, color="k", lw=0.8)
     ax.set_xlabel(x)
     ax.set_ylabel(f"speedup over {baseline}")
@@ -109,7 +114,8 @@ def plot_speedups(result, baseline, x="S", ax=None):
 
 
 def plot_sweep(result, ax=None, **where):
-    """Heatmap of the median time of each (Br, Bc) in rows that have them (chapter 7's sweep)."""
+    """Heatmap of the median time of each (Br, Bc) in rows that have them
+    (chapter 7's sweep)."""
     rows = [r for r in result.select(**where) if "Br" in r and r.get("ms") is not None]
     brs, bcs = sorted({r["Br"] for r in rows}), sorted({r["Bc"] for r in rows})
     grid = [[float("nan")] * len(bcs) for _ in brs]

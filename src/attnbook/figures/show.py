@@ -1,4 +1,5 @@
-"""Show source code in a notebook: rendered as a highlighted block in Jupyter and in the book."""
+"""Show source code in a notebook: rendered as a highlighted block in Jupyter and in the
+book."""
 from __future__ import annotations
 
 from ..toolchain.compile import kernel_source
@@ -18,13 +19,14 @@ class _Code:
 
 
 def show_kernel(filename: str, start: str | None = None, end: str | None = None):
-    """The kernel file ``filename`` (or the lines from the one containing ``start`` up to the
-    one before ``end``), for display."""
+    """The kernel file ``filename`` (or the lines from the one containing ``start`` up
+    to the one before ``end``), for display."""
     text = kernel_source(filename)
     if start is not None:
         lines = text.splitlines()
         i = next(n for n, ln in enumerate(lines) if start in ln)
-        j = next((n for n, ln in enumerate(lines[i + 1:], i + 1) if end and end in ln), len(lines))
+        j = next((n for n, ln in enumerate(lines[i + 1:], i + 1) if end and end in ln),
+                 len(lines))
         text = "\n".join(lines[i:j])
     return _Code(text, "cuda")
 

@@ -1,5 +1,5 @@
-"""The book's interactive figures. Each has a static twin (same drawing code) that renders in
-the HTML book, where no Python kernel runs behind the page."""
+"""The book's interactive figures. Each has a static twin (same drawing code) that
+renders in the HTML book, where no Python kernel runs behind the page."""
 from __future__ import annotations
 
 import math
@@ -11,24 +11,28 @@ import torch
 from ..reference import masks
 from . import plots
 
-__all__ = ["online_softmax_states", "draw_online_step", "online_softmax_figure", "online_softmax_stepper",
-           "mask_explorer", "mask_explorer_figure", "draw_flash_step", "flash_figure", "flash_stepper"]
+__all__ = ["online_softmax_states", "draw_online_step", "online_softmax_figure",
+           "online_softmax_stepper", "mask_explorer", "mask_explorer_figure",
+           "draw_flash_step", "flash_figure", "flash_stepper"]
 
 
 def online_softmax_states(x):
     """The running (m, l) after each element of the row ``x``: m is the max so far and
-    l = Σ exp(x_i − m) over the elements so far. Starts from the empty state (−inf, 0)."""
+    l = Σ exp(x_i − m) over the elements so far. Starts from the empty state
+    (−inf, 0)."""
     states = [(-math.inf, 0.0)]
     for xi in map(float, x):
         m, l = states[-1]
         m_new = max(m, xi)
-        states.append((m_new, l * math.exp(m - m_new) + math.exp(xi - m_new) if m_new > -math.inf else 0.0))
+        states.append((m_new, l * math.exp(m - m_new) + math.exp(xi - m_new)
+                       if m_new > -math.inf else 0.0))
     return states
 
 
 def draw_online_step(ax, x, k):
-    """The row after k elements of the online pass: seen elements as bars of exp(x_i − m_k)/l_k
-    (what their probabilities would be if the row ended here), unseen ones grey."""
+    """The row after k elements of the online pass: seen elements as bars of
+    exp(x_i − m_k)/l_k (what their probabilities would be if the row ended here), unseen
+    ones grey."""
     x = [float(v) for v in x]
     states = online_softmax_states(x)
     (m, l), (final_m, final_l) = states[k], states[-1]
@@ -39,11 +43,13 @@ def draw_online_step(ax, x, k):
     ax.set_ylim(0, 1.05)
     ax.set_xticks(range(len(x)))
     ax.set_xlabel("element i")
-    ax.set_title(f"k = {k}:  m = {m:.2f},  l = {l:.3f}" if k else "k = 0:  m = −∞,  l = 0", fontsize=10)
+    ax.set_title(f"k = {k}:  m = {m:.2f},  l = {l:.3f}" if k
+                 else "k = 0:  m = −∞,  l = 0", fontsize=10)
 
 
 def online_softmax_figure(x, steps):
-    """Static panels of the online pass over ``x`` after each number of elements in ``steps``."""
+    """Static panels of the online pass over ``x`` after each number of elements in
+    ``steps``."""
     fig, axes = plt.subplots(1, len(steps), figsize=(3.2 * len(steps), 3), sharey=True)
     for ax, k in zip(axes, steps):
         draw_online_step(ax, x, k)
@@ -75,7 +81,8 @@ def online_softmax_stepper(x, start=None):
 
 
 def mask_explorer_figure(configs):
-    """Static panels of :func:`attnbook.masks.allowed` for each (title, Sq, Sk, rules)."""
+    """Static panels of :func:`attnbook.masks.allowed` for each (title, Sq, Sk,
+    rules)."""
     fig, axes = plt.subplots(1, len(configs), figsize=(3.2 * len(configs), 3.4))
     for ax, (title, sq, sk, rules) in zip(axes, configs):
         plots.draw_mask(ax, masks.allowed(sq, sk, **rules)[0, 0], title)
@@ -84,11 +91,13 @@ def mask_explorer_figure(configs):
 
 
 def mask_explorer(sq=16, sk=16):
-    """Pick a mask kind, stride, window, Sq and Sk; see which keys each query attends."""
+    """Pick a mask kind, stride, window, Sq and Sk; see which keys each query
+    attends."""
     import ipywidgets as widgets
     out = widgets.Output()
-    kind = widgets.Dropdown(options=["none", "causal", "strided", "strided + causal", "window",
-                                     "window + causal", "key padding"], value="causal", description="mask")
+    kind = widgets.Dropdown(options=["none", "causal", "strided", "strided + causal",
+                                     "window", "window + causal", "key padding"],
+                            value="causal", description="mask")
     stride = widgets.IntSlider(value=3, min=1, max=8, description="stride")
     window = widgets.IntSlider(value=4, min=1, max=16, description="window")
     n_q = widgets.IntSlider(value=sq, min=1, max=48, description="Sq")
@@ -106,7 +115,8 @@ def mask_explorer(sq=16, sk=16):
             out.clear_output(wait=True)
             fig, ax = plt.subplots(figsize=(5, 5))
             allowed = masks.allowed(n_q.value, n_k.value, **rules)[0, 0]
-            plots.draw_mask(ax, allowed, f"{kind.value}: {int(allowed.sum())} of {allowed.numel()} scores")
+            plots.draw_mask(ax, allowed, f"{kind.value}: {int(allowed.sum())} of "
+                                         f"{allowed.numel()} scores")
             plt.show()
 
     for w in (kind, stride, window, n_q, n_k):
@@ -116,21 +126,27 @@ def mask_explorer(sq=16, sk=16):
 
 
 def draw_flash_step(axes, trace, step, sq, sk, final_o):
-    """Three panels after step ``step`` of a :func:`attnbook.flash_tiles.flash_attention_tiles`
-    trace: the score tiles visited so far (the current one outlined, masked-out ones hatched),
-    the running m and l of the current query tile's rows, and how far each row's normalised
-    partial output still is from the final one."""
+    """Three panels after step ``step`` of a
+    :func:`attnbook.flash_tiles.flash_attention_tiles` trace: the score tiles visited so
+    far (the current one outlined, masked-out ones hatched), the running m and l of the
+    current query tile's rows, and how far each row's normalised partial output still is
+    from the final one."""
     grid, state, error = axes
     now = trace[step]
     for t in trace[:step + 1]:
         (r0, r1), (c0, c1) = t["rows"], t["cols"]
         current = t is now
-        grid.add_patch(patches.Rectangle((c0, r0), c1 - c0, r1 - r0, hatch="//" if t["skipped"] else None,
-                                         facecolor="0.9" if t["skipped"] else ("tab:orange" if current else "tab:blue"),
+        grid.add_patch(patches.Rectangle((c0, r0), c1 - c0, r1 - r0,
+                                         hatch="//" if t["skipped"] else None,
+                                         facecolor="0.9" if t["skipped"]
+                                         else ("tab:orange" if current else "tab:blue"),
                                          alpha=1.0 if current or t["skipped"] else 0.35,
-                                         edgecolor="k" if current else "0.5", lw=2 if current else 0.5))
-    grid.set(xlim=(0, sk), ylim=(sq, 0), xlabel="key j", ylabel="query i", aspect="equal",
-             title=f"tile ({now['q_tile']}, {now['k_tile']})" + (": masked, skipped" if now["skipped"] else ""))
+                                         edgecolor="k" if current else "0.5",
+                                         lw=2 if current else 0.5))
+    grid.set(xlim=(0, sk), ylim=(sq, 0), xlabel="key j", ylabel="query i",
+             aspect="equal",
+             title=f"tile ({now['q_tile']}, {now['k_tile']})"
+                   + (": masked, skipped" if now["skipped"] else ""))
     rows = range(*now["rows"])
     state.plot(rows, now["m"].tolist(), "o-", label="m (running max)")
     state.plot(rows, now["l"].tolist(), "s-", label="ℓ (running sum)")

@@ -49,8 +49,8 @@ class CharTransformer(torch.nn.Module):
 
 def train(attend, steps=200, batch=16, context=32, seed=0, lr=3e-3, text=None,
           device="cpu"):
-    """Train a CharTransformer with ``attend`` from seed ``seed`` on the corpus (the same
-    batches for every ``attend``); returns the loss of every step."""
+    """Train a CharTransformer with ``attend`` from seed ``seed`` on the corpus
+    (the same batches for every ``attend``); returns the loss of every step."""
     text = corpus() if text is None else text
     chars = sorted(set(text))
     data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)

@@ -1,7 +1,8 @@
-"""The torch-facing entry points: one input check (:mod:`.checks`), dispatch to a kernel,
-and the registered ``torch.library`` ops behind them (``torch.ops.attnbook.flash_forward``,
-``flash_backward``, ``flash_tc_forward``, ``three_kernel_forward``, ``softmax``, ``gemm``,
-``kv_cache_append``, ``decode_attention``)."""
+"""The torch-facing entry points: one input check (:mod:`.checks`), dispatch to a
+kernel, and the registered ``torch.library`` ops behind them
+(``torch.ops.attnbook.flash_forward``, ``flash_backward``, ``flash_tc_forward``,
+``three_kernel_forward``, ``softmax``, ``gemm``, ``kv_cache_append``,
+``decode_attention``)."""
 from .attention import EXTENSIONS as _THREE_KERNELS
 from .backward import EXTENSIONS as _BACKWARD
 from .attention import IMPLS, Attention, attention, three_kernels
@@ -19,4 +20,5 @@ from .softmax import EXTENSIONS as _SOFTMAX
 from .softmax import SOFTMAX_KERNELS, softmax
 
 # Every extension the package builds: (name, kernel file, wrapper, functions).
-EXTENSIONS = [*_FLASH, *_BACKWARD, *_FLASH_TC, *_THREE_KERNELS, *_SOFTMAX, *_GEMM, *_KV_CACHE, *_DECODE]
+EXTENSIONS = [*_FLASH, *_BACKWARD, *_FLASH_TC, *_THREE_KERNELS, *_SOFTMAX, *_GEMM,
+              *_KV_CACHE, *_DECODE]

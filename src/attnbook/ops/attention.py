@@ -2,8 +2,8 @@
 ``torch.nn.functional.scaled_dot_product_attention``.
 
 Every input is checked (:mod:`.checks`) before anything is launched. Tensors on a CUDA
-device run the CUDA kernels on that device; tensors on the CPU run the same kernels on the
-emulator. The kernels are registered ops (``torch.ops.attnbook.*``) with fake
+device run the CUDA kernels on that device; tensors on the CPU run the same kernels on
+the emulator. The kernels are registered ops (``torch.ops.attnbook.*``) with fake
 implementations, so ``torch.compile(ab.attention, fullgraph=True)``, meta tensors,
 ``torch.jit.trace`` and ``torch.export`` see one opaque op per call.
 """
@@ -24,11 +24,12 @@ __all__ = ["attention", "Attention", "IMPLS", "three_kernels", "three_kernel_for
 
 IMPLS = ("flash", "tiled", "naive")
 
-# The three-kernel paths share a signature: the launcher gets a workspace for the scores.
+# The three-kernel paths share a signature: the launcher gets a workspace for the
+# scores.
 _SCORES_WRAPPER = ATTENTION_CPP + r"""
 void LAUNCHER(const float*, const float*, const float*, float*, float*, const Layout&,
-              const Layout&, const Layout&, int, int, int, int, int, int, float, MaskParams,
-              int, cudaStream_t);
+              const Layout&, const Layout&, int, int, int, int, int, int, float,
+              MaskParams, int, cudaStream_t);
 
 at::Tensor forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor bias,
                    at::Tensor lengths, bool causal, int64_t stride, int64_t window,
@@ -45,9 +46,10 @@ at::Tensor forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor bias,
   if (o.numel() == 0) return o;
   if (Sk == 0) return o.zero_();   // every row is empty
   at::Tensor s = q.new_empty({B, H, Sq, Sc});
-  LAUNCHER(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), s.data_ptr<float>(),
-           o.data_ptr<float>(), lq, lk, lv, int(B), int(H), int(Hkv), int(Sq), int(Sk), int(D),
-           float(scale), mask, int(key_step), attnbook::stream());
+  LAUNCHER(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+           s.data_ptr<float>(), o.data_ptr<float>(), lq, lk, lv, int(B), int(H),
+           int(Hkv), int(Sq), int(Sk), int(D), float(scale), mask, int(key_step),
+           attnbook::stream());
   attnbook::check_launch();
   return o;
 }
@@ -61,11 +63,13 @@ EXTENSIONS = [(f"{impl}_attention", f"{impl}_attention.cu",
 
 @torch.library.custom_op("attnbook::three_kernel_forward", mutates_args=())
 def three_kernel_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                         bias: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor],
-                         causal: bool, stride: int, window: int, scale: float, impl: str,
-                         key_step: int) -> torch.Tensor:
-    """The naive or tiled path on checked inputs: scores, softmax and P·V as three kernels,
-    the scores in a [B, H, Sq, ceil(Sk / key_step)] workspace. Returns o [B, H, Sq, D]."""
+                         bias: Optional[torch.Tensor],
+                         key_lengths: Optional[torch.Tensor],
+                         causal: bool, stride: int, window: int, scale: float,
+                         impl: str, key_step: int) -> torch.Tensor:
+    """The naive or tiled path on checked inputs: scores, softmax and P·V as three
+    kernels, the scores in a [B, H, Sq, ceil(Sk / key_step)] workspace. Returns o
+    [B, H, Sq, D]."""
     backend = "cuda" if q.device.type == "cuda" else "emulator"
     module = package_module(*EXTENSIONS[("naive", "tiled").index(impl)], backend)
     none = q.new_empty(0)
@@ -83,9 +87,11 @@ def _three_kernel_path(a, impl, gather=True):
     b, h, sq, d = a.q.shape
     if b * h * sq > INT32_MAX or a.k.shape[2] * d > INT32_MAX:
         raise ValueError(f"impl={impl!r} keeps B·H·Sq = {b * h * sq} and Sk·D = "
-                         f"{a.k.shape[2] * d} below 2^31; impl='flash' has no such limit")
+                         f"{a.k.shape[2] * d} below 2^31; "
+                         "impl='flash' has no such limit")
     qkv = (a.q, a.k, a.v)
-    if impl == "tiled":   # the GEMMs take one distance between batches: contiguous operands
+    # the GEMMs take one distance between batches: contiguous operands
+    if impl == "tiled":
         qkv = tuple(t.contiguous() for t in qkv)
     key_step = a.stride if impl == "tiled" and a.stride and gather else 1
     o = three_kernel_forward(*qkv, a.bias, a.key_lengths, a.causal, a.stride, a.window,
@@ -96,8 +102,8 @@ def _three_kernel_path(a, impl, gather=True):
 def three_kernels(q, k, v, attn_mask=None, is_causal=False, scale=None, *, stride=None,
                   window=None, key_lengths=None, impl="tiled", gather=True):
     """The naive or tiled path of :func:`attention`. The tiled path computes strided
-    attention on the attended keys only (``gather``); ``gather=False`` computes every score
-    and masks, for comparison (chapter 5)."""
+    attention on the attended keys only (``gather``); ``gather=False`` computes every
+    score and masks, for comparison (chapter 5)."""
     if impl not in ("naive", "tiled"):
         raise ValueError(f"impl must be 'naive' or 'tiled', got {impl!r}")
     a = attention_args(q, k, v, attn_mask, 0.0, is_causal, scale, stride=stride,
@@ -106,23 +112,27 @@ def three_kernels(q, k, v, attn_mask=None, is_causal=False, scale=None, *, strid
 
 
 def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-              enable_gqa=False, *, stride=None, window=None, key_lengths=None, impl="flash"):
-    """softmax(q kᵀ · scale + mask) v by the book's kernels, with the signature and the values
-    of ``torch.nn.functional.scaled_dot_product_attention``.
+              enable_gqa=False, *, stride=None, window=None, key_lengths=None,
+              impl="flash"):
+    """softmax(q kᵀ · scale + mask) v by the book's kernels, with the signature and the
+    values of ``torch.nn.functional.scaled_dot_product_attention``.
 
-    q: [*batch, H, Sq, D]; k, v: [*batch, Hkv, Sk, D] with H a multiple of Hkv (grouped heads
-    are accepted with or without ``enable_gqa``); any strides; float32, or float16 and
-    bfloat16 (impl="flash" only: chapter 8's tensor cores, head_dim ≤ 128); on a CUDA
-    device, or on the CPU where the emulator runs the kernels.
-    ``attn_mask``: bool (True = attend) or additive float, broadcast to [*batch, H, Sq, Sk].
-    ``dropout_p`` must be 0. The book's masks: ``stride`` (keys j % stride == 0), ``window``
-    (|i + Sk − Sq − j| < window), ``key_lengths`` ([B] integers: keys j < L[b]; clamped to
-    [0, Sk]); ``impl``: "flash" (chapter 7), "tiled" (chapters 4–5) or "naive" (chapter 2).
+    q: [*batch, H, Sq, D]; k, v: [*batch, Hkv, Sk, D] with H a multiple of Hkv
+    (grouped heads are accepted with or without ``enable_gqa``); any strides; float32,
+    or float16 and bfloat16 (impl="flash" only: chapter 8's tensor cores,
+    head_dim ≤ 128); on a CUDA device, or on the CPU where the emulator runs the
+    kernels.
+    ``attn_mask``: bool (True = attend) or additive float, broadcast to
+    [*batch, H, Sq, Sk]. ``dropout_p`` must be 0. The book's masks: ``stride``
+    (keys j % stride == 0), ``window`` (|i + Sk − Sq − j| < window), ``key_lengths``
+    ([B] integers: keys j < L[b]; clamped to [0, Sk]); ``impl``: "flash" (chapter 7),
+    "tiled" (chapters 4–5) or "naive" (chapter 2).
 
-    Differences from SDPA, on purpose: ``is_causal`` aligns bottom-right when Sq ≠ Sk; a row
-    with no admissible key gives zeros; a masked key is absent — NaN or inf in its k (every
-    path) or its v (impl="flash" in float32) does not reach the output, where SDPA's math
-    path turns it into NaN through 0·NaN. NaN and ±inf anywhere else propagate as in SDPA.
+    Differences from SDPA, on purpose: ``is_causal`` aligns bottom-right when Sq ≠ Sk; a
+    row with no admissible key gives zeros; a masked key is absent — NaN or inf in its k
+    (every path) or its v (impl="flash" in float32) does not reach the output, where
+    SDPA's math path turns it into NaN through 0·NaN. NaN and ±inf anywhere else
+    propagate as in SDPA.
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
@@ -143,21 +153,22 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
         return q.new_zeros(a.out_shape)
     tiles = check_flash_config(a.q.shape[-1])
     check_no_mask_grad(a)
-    o, _ = flash_forward(a.q, a.k, a.v, a.bias, a.key_lengths, a.causal, a.stride, a.window,
-                         a.scale, *tiles)
+    o, _ = flash_forward(a.q, a.k, a.v, a.bias, a.key_lengths, a.causal, a.stride,
+                         a.window, a.scale, *tiles)
     return a.output(o)
 
 
 class Attention(torch.nn.Module):
-    """Multi-head attention over [*batch, H, S, D] tensors with a fixed implementation and
-    mask."""
+    """Multi-head attention over [*batch, H, S, D] tensors with a fixed implementation
+    and mask."""
 
-    def __init__(self, impl="flash", is_causal=False, scale=None, stride=None, window=None):
+    def __init__(self, impl="flash", is_causal=False, scale=None, stride=None,
+                 window=None):
         super().__init__()
         self.impl, self.is_causal, self.scale = impl, is_causal, scale
         self.stride, self.window = stride, window
 
     def forward(self, q, k, v, attn_mask=None, key_lengths=None):
         return attention(q, k, v, attn_mask, 0.0, self.is_causal, self.scale,
-                         stride=self.stride, window=self.window, key_lengths=key_lengths,
-                         impl=self.impl)
+                         stride=self.stride, window=self.window,
+                         key_lengths=key_lengths, impl=self.impl)

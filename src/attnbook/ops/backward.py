@@ -15,9 +15,10 @@ from .wrappers import ATTENTION_CPP
 __all__ = ["flash_backward", "EXTENSIONS"]
 
 WRAPPER = ATTENTION_CPP + r"""
-bool flash_bwd_fp32(const float*, const float*, const float*, const float*, const float*,
-                    const float*, const float*, float*, float*, float*, float*, int, int,
-                    int, int, int, int, float, const MaskParams&, cudaStream_t);
+bool flash_bwd_fp32(const float*, const float*, const float*, const float*,
+                    const float*, const float*, const float*, float*, float*, float*,
+                    float*, int, int, int, int, int, int, float, const MaskParams&,
+                    cudaStream_t);
 
 // dq [B, H, Sq, D], dk and dv [B, Hkv, Sk, D], new and contiguous; every input
 // contiguous; dlse: [B, H, Sq] or empty.
@@ -32,7 +33,8 @@ std::vector<at::Tensor> backward(at::Tensor dout, at::Tensor q, at::Tensor k,
   const auto [B, H, Hkv, Sq, Sk, D] = attention_shape(q, k, v);
   TORCH_CHECK(o.sizes() == q.sizes() && dout.sizes() == q.sizes(),
               "o and dout must have q's shape");
-  TORCH_CHECK(lse.dim() == 3 && lse.size(0) == B && lse.size(1) == H && lse.size(2) == Sq,
+  TORCH_CHECK(lse.dim() == 3 && lse.size(0) == B && lse.size(1) == H
+                  && lse.size(2) == Sq,
               "lse must be [B, H, Sq]");
   const bool has_dlse = dlse.numel() > 0;
   if (has_dlse) {
@@ -47,8 +49,9 @@ std::vector<at::Tensor> backward(at::Tensor dout, at::Tensor q, at::Tensor k,
              dv = v.new_zeros(v.sizes());
   if (q.numel() == 0 || k.numel() == 0) return {dq, dk, dv};
   at::Tensor delta = q.new_empty({B, H, Sq});
-  TORCH_CHECK(flash_bwd_fp32(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-                             o.data_ptr<float>(), dout.data_ptr<float>(),
+  TORCH_CHECK(flash_bwd_fp32(q.data_ptr<float>(), k.data_ptr<float>(),
+                             v.data_ptr<float>(), o.data_ptr<float>(),
+                             dout.data_ptr<float>(),
                              lse.data_ptr<float>(),
                              has_dlse ? dlse.data_ptr<float>() : nullptr,
                              delta.data_ptr<float>(), dq.data_ptr<float>(),
@@ -65,9 +68,10 @@ EXTENSIONS = [("flash_bwd_fp32", "flash_bwd_fp32.cu", WRAPPER, ["backward"])]
 
 
 @torch.library.custom_op("attnbook::flash_backward", mutates_args=())
-def flash_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   o: torch.Tensor, lse: torch.Tensor, dlse: Optional[torch.Tensor],
-                   bias: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor],
+def flash_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                   v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                   dlse: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                   key_lengths: Optional[torch.Tensor],
                    causal: bool, stride: int, window: int,
                    scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of the fused forward for the upstream gradients ``dout`` (and ``dlse``

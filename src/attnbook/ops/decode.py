@@ -25,11 +25,11 @@ KEYS_PER_SPLIT = 128   # a split gets at least this many keys: 4 tiles of the ke
 
 _WRAPPER = KV_CACHE_CPP + r"""
 bool decode_attention(int, const void*, const Layout&, const void*, const void*,
-                      const KVCache&, const int*, int, void*, float*, float*, float*, int,
-                      int, int, int, int, int, float, bool, cudaStream_t);
+                      const KVCache&, const int*, int, void*, float*, float*, float*,
+                      int, int, int, int, int, int, float, bool, cudaStream_t);
 
-// o: a new contiguous [B, H, Sq, D] of q's dtype; lse: a new float [B, H, Sq] (-inf for a
-// row with no key).
+// o: a new contiguous [B, H, Sq, D] of q's dtype; lse: a new float [B, H, Sq] (-inf for
+// a row with no key).
 std::vector<at::Tensor> decode(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
                                at::Tensor cache_seqlens, at::Tensor block_table,
                                int64_t new_keys, int64_t num_splits, bool causal,
@@ -65,8 +65,9 @@ std::vector<at::Tensor> decode(at::Tensor q, at::Tensor k_cache, at::Tensor v_ca
                                num_splits > 1 ? o_part.data_ptr<float>() : nullptr,
                                lse.data_ptr<float>(),
                                num_splits > 1 ? lse_part.data_ptr<float>() : nullptr,
-                               int(B), int(H), int(Hkv), int(Sq), int(D), int(num_splits),
-                               float(scale), causal, attnbook::stream()),
+                               int(B), int(H), int(Hkv), int(Sq), int(D),
+                               int(num_splits), float(scale), causal,
+                               attnbook::stream()),
               "head_dim ", D, " is not compiled for the decode kernel");
   attnbook::check_launch();
   return {o, lse};
@@ -78,7 +79,8 @@ EXTENSIONS = [("decode", "decode.cu", _WRAPPER, ["decode"])]
 
 
 def _module(device: torch.device):
-    return package_module(*EXTENSIONS[0], "cuda" if device.type == "cuda" else "emulator")
+    return package_module(*EXTENSIONS[0],
+                          "cuda" if device.type == "cuda" else "emulator")
 
 
 @torch.library.custom_op("attnbook::decode_attention", mutates_args=())
@@ -86,17 +88,18 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor],
                      new_keys: int, num_splits: int, causal: bool,
                      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention of q [B, H, Sq, D] to the first cache_seqlens[b] + new_keys positions of
-    each sequence's cache, on checked inputs (see
-    :func:`~attnbook.reference.decode_checks.kvcache_args`): o [B, H, Sq, D] in q's dtype
-    and the log-sum-exp [B, H, Sq] in float32."""
+    """Attention of q [B, H, Sq, D] to the first cache_seqlens[b] + new_keys positions
+    of each sequence's cache, on checked inputs (see
+    :func:`~attnbook.reference.decode_checks.kvcache_args`): o [B, H, Sq, D] in q's
+    dtype and the log-sum-exp [B, H, Sq] in float32."""
     table = q.new_empty(0, dtype=torch.int32) if block_table is None else block_table
     return tuple(_module(q.device).decode(q, k_cache, v_cache, cache_seqlens, table,
                                           new_keys, num_splits, causal, scale))
 
 
 @decode_attention.register_fake
-def _(q, k_cache, v_cache, cache_seqlens, block_table, new_keys, num_splits, causal, scale):
+def _(q, k_cache, v_cache, cache_seqlens, block_table, new_keys, num_splits, causal,
+      scale):
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
@@ -111,13 +114,14 @@ def sm_count(device) -> int:
 def num_splits_heuristic(blocks: int, key_chunks: int, num_sms: int,
                          max_splits: int = MAX_SPLITS) -> int:
     """FlashAttention's rule for split-K. ``blocks`` thread blocks run without splitting
-    (B · Hkv · row groups); ``key_chunks`` is how many splits the longest sequence can feed.
+    (B · Hkv · row groups); ``key_chunks`` is how many splits the longest sequence can
+    feed.
 
-    If the blocks already fill 80% of the SMs, splitting only adds the combine: 1. Otherwise
-    each candidate s gives blocks·s blocks, i.e. blocks·s / num_sms waves, the last one
-    partly idle; its efficiency is waves / ceil(waves). Take the smallest s within 85% of
-    the best efficiency (more splits mean more partial states to write and merge),
-    skipping any s that gives the same chunk size as s − 1."""
+    If the blocks already fill 80% of the SMs, splitting only adds the combine: 1.
+    Otherwise each candidate s gives blocks·s blocks, i.e. blocks·s / num_sms waves, the
+    last one partly idle; its efficiency is waves / ceil(waves). Take the smallest s
+    within 85% of the best efficiency (more splits mean more partial states to write and
+    merge), skipping any s that gives the same chunk size as s − 1."""
     if blocks <= 0 or blocks >= 0.8 * num_sms:   # nothing to run, or the GPU is full
         return 1
     max_splits = max(1, min(max_splits, num_sms, key_chunks))
@@ -131,9 +135,11 @@ def num_splits_heuristic(blocks: int, key_chunks: int, num_sms: int,
     return min(s for s, e in efficiency.items() if e >= 0.85 * best)
 
 
-def choose_num_splits(batch: int, kv_heads: int, rows: int, max_keys: int, device) -> int:
-    """The number of splits for B = ``batch`` sequences of ``kv_heads`` kv heads, ``rows``
-    query rows per kv head (G · Sq) and at most ``max_keys`` keys per sequence."""
+def choose_num_splits(batch: int, kv_heads: int, rows: int, max_keys: int,
+                      device) -> int:
+    """The number of splits for B = ``batch`` sequences of ``kv_heads`` kv heads,
+    ``rows`` query rows per kv head (G · Sq) and at most ``max_keys`` keys per
+    sequence."""
     blocks = batch * kv_heads * -(-rows // ROWS_PER_BLOCK)
     chunks = max(1, -(-max_keys // KEYS_PER_SPLIT))
     return num_splits_heuristic(blocks, chunks, sm_count(device))
@@ -142,20 +148,22 @@ def choose_num_splits(batch: int, kv_heads: int, rows: int, max_keys: int, devic
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
                            block_table=None, num_splits=None, causal=True, scale=None,
                            return_softmax_lse=False):
-    """Attention for decoding, FlashAttention's ``flash_attn_with_kvcache`` in the book's
-    [B, H, S, D] layout.
+    """Attention for decoding, FlashAttention's ``flash_attn_with_kvcache`` in the
+    book's [B, H, S, D] layout.
 
     q: [B, H, Sq, D], a few new queries per sequence (1, or more when speculating).
-    k_cache, v_cache: the cache, written in place, either contiguous [B, Hkv, max_len, D]
-    or, with ``block_table`` (int32 [B, max_blocks]), a pool of pages
-    [num_blocks, Hkv, block_size, D] where entry (b, j) names the page holding positions
-    j·block_size … (j+1)·block_size − 1 of sequence b. H must be a multiple of Hkv.
+    k_cache, v_cache: the cache, written in place, either contiguous
+    [B, Hkv, max_len, D] or, with ``block_table`` (int32 [B, max_blocks]), a pool of
+    pages [num_blocks, Hkv, block_size, D] where entry (b, j) names the page holding
+    positions j·block_size … (j+1)·block_size − 1 of sequence b. H must be a multiple of
+    Hkv.
     k, v: optional [B, Hkv, Sq, D], the new tokens' keys and values: written first at
     positions cache_seqlens[b] … cache_seqlens[b] + Sq − 1.
     cache_seqlens: int32/int64 [B] (or an int for all), the tokens already in the cache;
-    it is not advanced here. Each sequence attends its first cache_seqlens[b] (+ Sq if k, v
-    are given) positions; ``causal`` aligns the queries bottom-right to that length, so
-    new query i sees keys j ≤ cache_seqlens[b] + i. A sequence with no key gives zeros.
+    it is not advanced here. Each sequence attends its first cache_seqlens[b]
+    (+ Sq if k, v are given) positions; ``causal`` aligns the queries bottom-right to
+    that length, so new query i sees keys j ≤ cache_seqlens[b] + i. A sequence with no
+    key gives zeros.
     num_splits: None (a heuristic from B·Hkv, the length and the SM count) or 1 … 128.
     dtypes: float32, float16, bfloat16 (fp32 arithmetic); head_dim 32, 64, 96 or 128.
 
@@ -167,8 +175,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                      scale=scale)
     d = q.shape[-1]
     if d not in DECODE_HEAD_DIMS:
-        raise ValueError(f"head_dim {d} is not supported by the decode kernel: use one of "
-                         f"{DECODE_HEAD_DIMS}")
+        raise ValueError(f"head_dim {d} is not supported by the decode kernel: "
+                         f"use one of {DECODE_HEAD_DIMS}")
     if a.k is not None and a.k.numel():
         kv_cache_append_op(k_cache, v_cache, a.k, a.v, a.cache_seqlens, a.block_table)
     splits = a.num_splits

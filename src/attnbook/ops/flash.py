@@ -10,7 +10,8 @@ from ..toolchain.compile import package_module
 from ..reference.checks import attention_args
 from .wrappers import ATTENTION_CPP
 
-__all__ = ["flash_attention_fp32", "flash_forward", "check_flash_config", "check_no_mask_grad", "WRAPPER", "EXTENSIONS",
+__all__ = ["flash_attention_fp32", "flash_forward", "check_flash_config",
+           "check_no_mask_grad", "WRAPPER", "EXTENSIONS",
            "FLASH_FP32_HEAD_DIMS", "FLASH_FP32_TILES", "FLASH_FP32_SWEEP"]
 
 FLASH_FP32_HEAD_DIMS = (32, 64, 96, 128)
@@ -19,11 +20,12 @@ FLASH_FP32_TILES = (64, 32)   # (Br, Bc) compiled for every head dimension
 FLASH_FP32_SWEEP = tuple((br, bc) for br in (32, 64, 128) for bc in (16, 32, 64))
 
 WRAPPER = ATTENTION_CPP + r"""
-bool flash_fwd_fp32(const float*, const float*, const float*, float*, float*, const Layout&,
-                    const Layout&, const Layout&, int, int, int, int, int, int, int, int,
-                    float, const MaskParams&, cudaStream_t);
+bool flash_fwd_fp32(const float*, const float*, const float*, float*, float*,
+                    const Layout&, const Layout&, const Layout&, int, int, int, int,
+                    int, int, int, int, float, const MaskParams&, cudaStream_t);
 
-// o: a new contiguous [B, H, Sq, D]; lse: a new [B, H, Sq] (-inf where no key is admitted).
+// o: a new contiguous [B, H, Sq, D]; lse: a new [B, H, Sq] (-inf where no key is
+// admitted).
 std::vector<at::Tensor> flash_forward(at::Tensor q, at::Tensor k, at::Tensor v,
                                       at::Tensor bias, at::Tensor lengths, bool causal,
                                       int64_t stride, int64_t window, double scale,
@@ -36,11 +38,13 @@ std::vector<at::Tensor> flash_forward(at::Tensor q, at::Tensor k, at::Tensor v,
   attnbook::DeviceGuard guard(q);
   at::Tensor o = q.new_empty({B, H, Sq, D}), lse = q.new_empty({B, H, Sq});
   if (o.numel() == 0) return {o, lse.fill_(-INFINITY)};
-  TORCH_CHECK(flash_fwd_fp32(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-                             o.data_ptr<float>(), lse.data_ptr<float>(), lq, lk, lv, int(B),
-                             int(H), int(Hkv), int(Sq), int(Sk), int(D), int(block_q),
+  TORCH_CHECK(flash_fwd_fp32(q.data_ptr<float>(), k.data_ptr<float>(),
+                             v.data_ptr<float>(), o.data_ptr<float>(),
+                             lse.data_ptr<float>(), lq, lk, lv, int(B), int(H),
+                             int(Hkv), int(Sq), int(Sk), int(D), int(block_q),
                              int(block_k), float(scale), mask, attnbook::stream()),
-              "head_dim ", D, " with tiles ", block_q, "x", block_k, " is not compiled");
+              "head_dim ", D, " with tiles ", block_q, "x", block_k,
+              " is not compiled");
   attnbook::check_launch();
   return {o, lse};
 }
@@ -53,7 +57,8 @@ EXTENSIONS = [("flash_fp32", "flash_fp32.cu", WRAPPER, ["flash_forward"])]
 
 
 def _module(device: torch.device):
-    return package_module(*EXTENSIONS[0], "cuda" if device.type == "cuda" else "emulator")
+    return package_module(*EXTENSIONS[0],
+                          "cuda" if device.type == "cuda" else "emulator")
 
 
 @torch.library.custom_op("attnbook::flash_forward", mutates_args=())
@@ -61,11 +66,13 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   bias: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor],
                   causal: bool, stride: int, window: int, scale: float, block_q: int,
                   block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fused forward on checked inputs (see :class:`~attnbook.reference.checks.AttentionArgs`):
-    o [B, H, Sq, D] and the log-sum-exp [B, H, Sq] a backward pass needs."""
+    """The fused forward on checked inputs (see
+    :class:`~attnbook.reference.checks.AttentionArgs`): o [B, H, Sq, D] and the
+    log-sum-exp [B, H, Sq] a backward pass needs."""
     none = q.new_empty(0)
     return tuple(_module(q.device).flash_forward(
-        q, k, v, none if bias is None else bias, none if key_lengths is None else key_lengths,
+        q, k, v, none if bias is None else bias,
+        none if key_lengths is None else key_lengths,
         causal, stride, window, scale, block_q, block_k))
 
 
@@ -78,17 +85,18 @@ def check_no_mask_grad(a) -> None:
     """The backward gives gradients for q, k and v only: a float mask that requires grad
     is refused, rather than left silently without one."""
     if a.bias is not None and a.bias.requires_grad and torch.is_grad_enabled():
-        raise NotImplementedError("attn_mask requires grad, but the book's backward pass "
-                                  "computes gradients for q, k and v only: pass "
+        raise NotImplementedError("attn_mask requires grad, but the book's backward "
+                                  "pass computes gradients for q, k and v only: pass "
                                   "attn_mask.detach()")
 
 
 def check_flash_config(d: int, tiles=FLASH_FP32_TILES) -> tuple:
-    """The (Br, Bc) tiles, if the fused kernel is compiled for head_dim ``d`` with them."""
+    """The (Br, Bc) tiles, if the fused kernel is compiled for head_dim ``d`` with
+    them."""
     if d not in FLASH_FP32_HEAD_DIMS:
-        raise ValueError(f"head_dim {d} is not supported by the fused kernel (impl='flash'): "
-                         f"use one of {FLASH_FP32_HEAD_DIMS}; impl='naive' and impl='tiled' "
-                         "take any head_dim")
+        raise ValueError(f"head_dim {d} is not supported by the fused kernel "
+                         f"(impl='flash'): use one of {FLASH_FP32_HEAD_DIMS}; "
+                         "impl='naive' and impl='tiled' take any head_dim")
     tiles = tuple(tiles)
     if tiles != FLASH_FP32_TILES and not (d == 64 and tiles in FLASH_FP32_SWEEP):
         sweep = f" or one of {FLASH_FP32_SWEEP}" if d == 64 else ""
@@ -97,16 +105,16 @@ def check_flash_config(d: int, tiles=FLASH_FP32_TILES) -> tuple:
     return tiles
 
 
-def flash_attention_fp32(q, k, v, *, causal=False, scale=None, attn_mask=None, stride=None,
-                         window=None, key_lengths=None, tiles=FLASH_FP32_TILES,
-                         return_lse=False):
+def flash_attention_fp32(q, k, v, *, causal=False, scale=None, attn_mask=None,
+                         stride=None, window=None, key_lengths=None,
+                         tiles=FLASH_FP32_TILES, return_lse=False):
     """softmax(q kᵀ · scale + mask) v by the fused fp32 kernel. Inputs as for
     :func:`attnbook.attention` (q [*batch, H, Sq, D], k and v [*batch, Hkv, Sk, D], any
     strides, on a GPU or on the CPU for the emulator; causal aligned bottom-right).
-    ``tiles`` = (Br, Bc): (64, 32), or at D = 64 any of ``FLASH_FP32_SWEEP``. Returns o (and
-    the log-sum-exp [*batch, H, Sq] if ``return_lse``)."""
-    a = attention_args(q, k, v, attn_mask, 0.0, causal, scale, stride=stride, window=window,
-                       key_lengths=key_lengths)
+    ``tiles`` = (Br, Bc): (64, 32), or at D = 64 any of ``FLASH_FP32_SWEEP``. Returns o
+    (and the log-sum-exp [*batch, H, Sq] if ``return_lse``)."""
+    a = attention_args(q, k, v, attn_mask, 0.0, causal, scale, stride=stride,
+                       window=window, key_lengths=key_lengths)
     tiles = check_flash_config(a.q.shape[-1], tiles)
     check_no_mask_grad(a)
     o, lse = flash_forward(a.q, a.k, a.v, a.bias, a.key_lengths, a.causal, a.stride,

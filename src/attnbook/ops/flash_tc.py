@@ -12,8 +12,8 @@ from ..reference.checks import HALF_PRECISION, attention_args
 from ..toolchain.compile import package_module
 from .wrappers import ATTENTION_CPP
 
-__all__ = ["flash_attention_tc", "flash_tc_forward", "tc_forward", "TC_STEPS", "TC_HEAD_DIMS",
-           "TC_TILES", "TC_SWEEP", "EXTENSIONS"]
+__all__ = ["flash_attention_tc", "flash_tc_forward", "tc_forward", "TC_STEPS",
+           "TC_HEAD_DIMS", "TC_TILES", "TC_SWEEP", "EXTENSIONS"]
 
 # The chapter's steps, each a kernel of kernels/flash_tc*.
 TC_STEPS = {1: "mma.sync", 2: "ldmatrix", 3: "swizzled shared memory",
@@ -28,11 +28,13 @@ int flash_tc_forward(bool, int, const void*, const void*, const void*, void*, fl
                      const Layout&, const Layout&, const Layout&, int, int, int, int,
                      int, int, int, int, float, const MaskParams&, cudaStream_t);
 
-// Rows of 16-bit elements that start on 16 bytes: what the kernels' 16-byte copies need.
+// Rows of 16-bit elements that start on 16 bytes: what the kernels' 16-byte copies
+// need.
 static void check_aligned(const at::Tensor& t, const char* name) {
   bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
   for (int d = 0; d < 3; ++d) ok = ok && (t.size(d) <= 1 || t.stride(d) % 8 == 0);
-  TORCH_CHECK(ok, name, " must start on 16 bytes with batch, head and sequence strides ",
+  TORCH_CHECK(ok, name,
+              " must start on 16 bytes with batch, head and sequence strides ",
               "that are multiples of 8 elements");
 }
 
@@ -79,7 +81,8 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
     """``t``, or a contiguous copy if its rows do not start on 16 bytes."""
     ok = t.data_ptr() % 16 == 0 and all(
         n <= 1 or s % 8 == 0 for n, s in zip(t.shape[:3], t.stride()[:3]))
-    return t if ok else torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
+    return t if ok else torch.empty_like(
+        t, memory_format=torch.contiguous_format).copy_(t)
 
 
 @torch.library.custom_op("attnbook::flash_tc_forward", mutates_args=())
@@ -100,7 +103,8 @@ def flash_tc_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 @flash_tc_forward.register_fake
-def _(q, k, v, bias, key_lengths, causal, stride, window, scale, step, block_q, block_k):
+def _(q, k, v, bias, key_lengths, causal, stride, window, scale, step, block_q,
+      block_k):
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
@@ -147,12 +151,13 @@ def tc_forward(a, step: int = 5, tiles=None):
     arguments (:class:`~attnbook.reference.checks.AttentionArgs`)."""
     d = a.q.shape[-1]
     if d > max(TC_HEAD_DIMS):
-        raise ValueError(f"head_dim {d} is not supported by the tensor-core kernels: at "
-                         f"most {max(TC_HEAD_DIMS)}")
+        raise ValueError(f"head_dim {d} is not supported by the tensor-core kernels: "
+                         f"at most {max(TC_HEAD_DIMS)}")
     dp = min(x for x in TC_HEAD_DIMS if x >= d)
     tiles = _tiles(step, dp, tiles)
     _check_device(a.q.dtype, a.q.device, step, dp, tiles)
-    qkv = (a.q, a.k, a.v) if dp == d else (F.pad(t, (0, dp - d)) for t in (a.q, a.k, a.v))
+    qkv = ((a.q, a.k, a.v) if dp == d
+           else (F.pad(t, (0, dp - d)) for t in (a.q, a.k, a.v)))
     o, lse = flash_tc_forward(*qkv, a.bias, a.key_lengths, a.causal, a.stride, a.window,
                               a.scale, step, *tiles)
     return (o, lse) if dp == d else (o[..., :d], lse)

@@ -10,7 +10,8 @@ from ..reference.checks import INT32_MAX, check_same_device, check_tensor
 __all__ = ["gemm", "gemm_forward", "GEMM_STEPS", "EXTENSIONS"]
 
 # step number -> what it adds
-GEMM_STEPS = {1: "naive", 2: "shared-memory tiles", 3: "register blocking", 4: "float4 loads"}
+GEMM_STEPS = {1: "naive", 2: "shared-memory tiles", 3: "register blocking",
+              4: "float4 loads"}
 
 _WRAPPER = r"""
 bool gemm_forward(const float*, const float*, float*, int, int, int, int, bool, int,
@@ -23,14 +24,15 @@ at::Tensor gemm_batched(at::Tensor a, at::Tensor b, bool b_transposed, int64_t s
               "a and b must be [batch, ., .]");
   const int64_t M = a.size(1), K = a.size(2), N = b_transposed ? b.size(1) : b.size(2);
   TORCH_CHECK((b_transposed ? b.size(2) : b.size(1)) == K, "inner dimensions differ");
-  TORCH_CHECK(a.size(0) <= INT32_MAX && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX &&
-              M * K <= INT32_MAX && N * K <= INT32_MAX && M * N <= INT32_MAX,
+  TORCH_CHECK(a.size(0) <= INT32_MAX && M <= INT32_MAX && N <= INT32_MAX &&
+              K <= INT32_MAX && M * K <= INT32_MAX && N * K <= INT32_MAX &&
+              M * N <= INT32_MAX,
               "each operand must have fewer than 2^31 elements per batch");
   attnbook::DeviceGuard guard(a);
   at::Tensor c = a.new_empty({a.size(0), M, N});
-  TORCH_CHECK(gemm_forward(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(),
-                           int(a.size(0)), int(M), int(N), int(K), b_transposed, int(step),
-                           attnbook::stream()),
+  TORCH_CHECK(gemm_forward(a.data_ptr<float>(), b.data_ptr<float>(),
+                           c.data_ptr<float>(), int(a.size(0)), int(M), int(N), int(K),
+                           b_transposed, int(step), attnbook::stream()),
               "unknown GEMM step ", step);
   attnbook::check_launch();
   return c;
@@ -44,7 +46,8 @@ EXTENSIONS = [("gemm", "gemm.cu", _WRAPPER, ["gemm_batched"])]
 @torch.library.custom_op("attnbook::gemm", mutates_args=())
 def gemm_forward(a: torch.Tensor, b: torch.Tensor, transpose_b: bool, step: int
                  ) -> torch.Tensor:
-    """c[z] = a[z] · b[z] (or a[z] · b[z]ᵀ) for contiguous float32 [batch, ., .] operands."""
+    """c[z] = a[z] · b[z] (or a[z] · b[z]ᵀ) for contiguous float32 [batch, ., .]
+    operands."""
     backend = "cuda" if a.device.type == "cuda" else "emulator"
     module = package_module(*EXTENSIONS[0], backend)
     return module.gemm_batched(a, b, transpose_b, step)
@@ -52,14 +55,15 @@ def gemm_forward(a: torch.Tensor, b: torch.Tensor, transpose_b: bool, step: int
 
 @gemm_forward.register_fake
 def _(a, b, transpose_b, step):
-    return a.new_empty(a.shape[0], a.shape[1], b.shape[1] if transpose_b else b.shape[2])
+    return a.new_empty(a.shape[0], a.shape[1],
+                       b.shape[1] if transpose_b else b.shape[2])
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, transpose_b: bool = False,
          step: int = 4) -> torch.Tensor:
-    """``a @ b`` (or ``a @ b.mT`` with ``transpose_b``) for float32 [M, K] or [batch, M, K]
-    operands by step ``step`` of chapter 4 (see ``GEMM_STEPS``). Non-contiguous operands are
-    copied first."""
+    """``a @ b`` (or ``a @ b.mT`` with ``transpose_b``) for float32 [M, K] or
+    [batch, M, K] operands by step ``step`` of chapter 4 (see ``GEMM_STEPS``).
+    Non-contiguous operands are copied first."""
     for name, t in (("a", a), ("b", b)):
         check_tensor(t, name)
         if t.dim() not in (2, 3):
@@ -71,7 +75,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, transpose_b: bool = False,
                          f"{tuple(b.shape)}")
     inner = b.shape[-1] if transpose_b else b.shape[-2]
     if a.shape[-1] != inner:
-        raise ValueError(f"inner dimensions differ: a {tuple(a.shape)}, b {tuple(b.shape)}"
+        raise ValueError(f"inner dimensions differ: a {tuple(a.shape)}, "
+                         f"b {tuple(b.shape)}"
                          f"{' (transposed)' if transpose_b else ''}")
     if isinstance(step, bool) or not isinstance(step, int) or step not in GEMM_STEPS:
         raise ValueError(f"step must be one of {list(GEMM_STEPS)}, got {step!r}")

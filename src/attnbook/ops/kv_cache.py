@@ -27,7 +27,8 @@ static KVCache kv_cache_of(const at::Tensor& k_cache, const at::Tensor& v_cache,
   KVCache c;
   c.k = layout_of(k_cache, "k_cache", k_cache.scalar_type());
   c.v = layout_of(v_cache, "v_cache", k_cache.scalar_type());
-  TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), "k_cache and v_cache must have one shape");
+  TORCH_CHECK(k_cache.sizes() == v_cache.sizes(),
+              "k_cache and v_cache must have one shape");
   const int64_t pages = k_cache.size(0), block = k_cache.size(2);
   int64_t capacity = block;
   if (block_table.dim() == 2) {
@@ -51,7 +52,8 @@ static KVCache kv_cache_of(const at::Tensor& k_cache, const at::Tensor& v_cache,
 
 _WRAPPER = KV_CACHE_CPP + r"""
 bool kv_cache_append(int, const void*, const void*, const Layout&, const Layout&, void*,
-                     void*, const KVCache&, const int*, int, int, int, int, cudaStream_t);
+                     void*, const KVCache&, const int*, int, int, int, int,
+                     cudaStream_t);
 
 void append(at::Tensor k_cache, at::Tensor v_cache, at::Tensor k, at::Tensor v,
             at::Tensor cache_seqlens, at::Tensor block_table) {
@@ -66,8 +68,8 @@ void append(at::Tensor k_cache, at::Tensor v_cache, at::Tensor k, at::Tensor v,
   attnbook::check_tensor(cache_seqlens, "cache_seqlens", at::kInt);
   TORCH_CHECK(cache_seqlens.numel() == B, "cache_seqlens must be [B]");
   attnbook::DeviceGuard guard(k_cache);
-  TORCH_CHECK(kv_cache_append(int(k_cache.element_size()), k.data_ptr(), v.data_ptr(), lk,
-                              lv, k_cache.data_ptr(), v_cache.data_ptr(), cache,
+  TORCH_CHECK(kv_cache_append(int(k_cache.element_size()), k.data_ptr(), v.data_ptr(),
+                              lk, lv, k_cache.data_ptr(), v_cache.data_ptr(), cache,
                               cache_seqlens.data_ptr<int>(), int(B), int(Hkv), int(Sn),
                               int(D), attnbook::stream()),
               "no append kernel for ", dtype);
@@ -80,15 +82,18 @@ EXTENSIONS = [("kv_cache", "kv_cache.cu", _WRAPPER, ["append"])]
 
 
 def _module(device: torch.device):
-    return package_module(*EXTENSIONS[0], "cuda" if device.type == "cuda" else "emulator")
+    return package_module(*EXTENSIONS[0],
+                          "cuda" if device.type == "cuda" else "emulator")
 
 
-@torch.library.custom_op("attnbook::kv_cache_append", mutates_args=("k_cache", "v_cache"))
+@torch.library.custom_op("attnbook::kv_cache_append",
+                         mutates_args=("k_cache", "v_cache"))
 def kv_cache_append_op(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor,
                        v: torch.Tensor, cache_seqlens: torch.Tensor,
                        block_table: Optional[torch.Tensor]) -> None:
-    """Write k, v [B, Hkv, Sn, D] into the caches at positions cache_seqlens[b] … + Sn − 1,
-    on checked inputs (see :func:`~attnbook.reference.decode_checks.kvcache_args`)."""
+    """Write k, v [B, Hkv, Sn, D] into the caches at positions cache_seqlens[b]
+    … + Sn − 1, on checked inputs (see
+    :func:`~attnbook.reference.decode_checks.kvcache_args`)."""
     table = k.new_empty(0, dtype=torch.int32) if block_table is None else block_table
     _module(k.device).append(k_cache, v_cache, k, v, cache_seqlens, table)
 
@@ -100,15 +105,16 @@ def _(k_cache, v_cache, k, v, cache_seqlens, block_table):
 
 def kv_cache_append(k_cache, v_cache, k, v, *, cache_seqlens, block_table=None):
     """Write the new keys and values k, v [B, Hkv, Sn, D] into the caches in place, at
-    positions cache_seqlens[b] … cache_seqlens[b] + Sn − 1 of each sequence: a contiguous
-    cache [B, Hkv, max_len, D], or with ``block_table`` [B, max_blocks] a pool of pages
-    [num_blocks, Hkv, block_size, D]. Like :func:`attnbook.attention_with_kvcache`, it does
-    not advance the lengths. Every position and page is checked before anything is
-    written."""
+    positions cache_seqlens[b] … cache_seqlens[b] + Sn − 1 of each sequence: a
+    contiguous cache [B, Hkv, max_len, D], or with ``block_table`` [B, max_blocks] a
+    pool of pages [num_blocks, Hkv, block_size, D]. Like
+    :func:`attnbook.attention_with_kvcache`, it does not advance the lengths. Every
+    position and page is checked before anything is written."""
     if not isinstance(k, torch.Tensor) or k.dim() != 4:
         what = tuple(k.shape) if isinstance(k, torch.Tensor) else type(k).__name__
         raise TypeError(f"k must be a [B, Hkv, Sn, D] tensor, got {what}")
-    # The checks of attention_with_kvcache, with k standing in for a query per new token.
+    # The checks of attention_with_kvcache, with k standing in for a query per new
+    # token.
     a = kvcache_args(k, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens,
                      block_table=block_table)
     if a.k.numel():
@@ -118,24 +124,27 @@ def kv_cache_append(k_cache, v_cache, k, v, *, cache_seqlens, block_table=None):
 class PagedKVCache:
     """Keys and values of up to ``max_seqs`` sequences in a pool of pages.
 
-    ``k_cache``, ``v_cache``: the pools, [num_blocks, Hkv, block_size, D], filled with NaN
-    where nothing was written (a kernel that read such a slot would show it);
-    ``block_table``: [max_seqs, max_blocks_per_seq] int32, row b naming sequence b's pages
-    in order; ``lengths``: the tokens each sequence holds. Pages come from a free list and
-    return to it when a sequence is freed, so a sequence's pages are neither contiguous nor
-    in order once others have come and gone (``generator`` shuffles the initial list).
+    ``k_cache``, ``v_cache``: the pools, [num_blocks, Hkv, block_size, D], filled with
+    NaN where nothing was written (a kernel that read such a slot would show it);
+    ``block_table``: [max_seqs, max_blocks_per_seq] int32, row b naming sequence b's
+    pages in order; ``lengths``: the tokens each sequence holds. Pages come from a free
+    list and return to it when a sequence is freed, so a sequence's pages are neither
+    contiguous nor in order once others have come and gone (``generator`` shuffles the
+    initial list).
 
     A decoding step: ``reserve`` pages for the new tokens, call
     :func:`attnbook.attention_with_kvcache` with ``cache_seqlens=cache.seqlens()`` and
     ``block_table=cache.block_table``, then ``advance``; :meth:`attend` does all three.
     """
 
-    def __init__(self, num_blocks, num_kv_heads, head_dim, *, max_seqs, max_blocks_per_seq,
-                 block_size=16, dtype=torch.float32, device="cpu", generator=None):
+    def __init__(self, num_blocks, num_kv_heads, head_dim, *, max_seqs,
+                 max_blocks_per_seq, block_size=16, dtype=torch.float32, device="cpu",
+                 generator=None):
         num_blocks = check_positive_int(num_blocks, "num_blocks")
         self.block_size = check_positive_int(block_size, "block_size")
         self.max_seqs = check_positive_int(max_seqs, "max_seqs")
-        self.max_blocks_per_seq = check_positive_int(max_blocks_per_seq, "max_blocks_per_seq")
+        self.max_blocks_per_seq = check_positive_int(max_blocks_per_seq,
+                                                     "max_blocks_per_seq")
         shape = (num_blocks, check_positive_int(num_kv_heads, "num_kv_heads"),
                  self.block_size, check_positive_int(head_dim, "head_dim"))
         self.k_cache = torch.full(shape, float("nan"), dtype=dtype, device=device)
@@ -153,22 +162,26 @@ class PagedKVCache:
         return self.k_cache.shape[0]
 
     def _check_seq(self, seq):
-        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < self.max_seqs:
+        if (isinstance(seq, bool) or not isinstance(seq, int)
+                or not 0 <= seq < self.max_seqs):
             raise ValueError(f"seq must be an int in [0, {self.max_seqs}), got {seq!r}")
 
     def reserve(self, seq: int, n: int) -> None:
-        """Make room for ``n`` more tokens of sequence ``seq``: take pages from the free list
-        until its pages hold lengths[seq] + n positions. Raises MemoryError when the pool or
-        the sequence's row of the block table is full (nothing is taken then)."""
+        """Make room for ``n`` more tokens of sequence ``seq``: take pages from the free
+        list until its pages hold lengths[seq] + n positions. Raises MemoryError when
+        the pool or the sequence's row of the block table is full (nothing is taken
+        then)."""
         self._check_seq(seq)
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"n must be a non-negative int, got {n!r}")
         need = -(-(self.lengths[seq] + n) // self.block_size) - len(self.pages[seq])
         if len(self.pages[seq]) + need > self.max_blocks_per_seq:
-            raise MemoryError(f"sequence {seq} would need {len(self.pages[seq]) + need} "
-                              f"pages; its block table row holds {self.max_blocks_per_seq}")
+            raise MemoryError(f"sequence {seq} would need "
+                              f"{len(self.pages[seq]) + need} pages; its block table "
+                              f"row holds {self.max_blocks_per_seq}")
         if need > len(self.free_pages):
-            raise MemoryError(f"sequence {seq} needs {need} more pages; {len(self.free_pages)}"
+            raise MemoryError(f"sequence {seq} needs {need} more pages; "
+                              f"{len(self.free_pages)}"
                               " are free")
         for _ in range(max(need, 0)):
             page = self.free_pages.pop()
@@ -176,12 +189,14 @@ class PagedKVCache:
             self.pages[seq].append(page)
 
     def advance(self, seq: int, n: int) -> None:
-        """Count ``n`` tokens appended to sequence ``seq`` (its pages must hold them)."""
+        """Count ``n`` tokens appended to sequence ``seq`` (its pages must hold
+        them)."""
         self._check_seq(seq)
         if self.lengths[seq] + n > len(self.pages[seq]) * self.block_size or n < 0:
-            raise ValueError(f"sequence {seq} has room for "
-                             f"{len(self.pages[seq]) * self.block_size - self.lengths[seq]} "
-                             f"more tokens, not {n}: reserve first")
+            raise ValueError(
+                f"sequence {seq} has room for "
+                f"{len(self.pages[seq]) * self.block_size - self.lengths[seq]} "
+                f"more tokens, not {n}: reserve first")
         self.lengths[seq] += n
 
     def free(self, seq: int) -> None:
@@ -197,12 +212,14 @@ class PagedKVCache:
         return torch.tensor(self.lengths, dtype=torch.int32, device=self.k_cache.device)
 
     def allocated_positions(self) -> int:
-        """Positions reserved in pages (tokens held plus the unused tail of last pages)."""
+        """Positions reserved in pages (tokens held plus the unused tail of last
+        pages)."""
         return sum(len(p) for p in self.pages) * self.block_size
 
     def attend(self, q, k, v, **kwargs):
-        """One step for every sequence: reserve room for k, v's Sn tokens, append them and
-        attend (:func:`attnbook.attention_with_kvcache`), then advance the lengths."""
+        """One step for every sequence: reserve room for k, v's Sn tokens, append them
+        and attend (:func:`attnbook.attention_with_kvcache`), then advance the
+        lengths."""
         from .decode import attention_with_kvcache
         sn = k.shape[2]
         for seq in range(self.max_seqs):

@@ -20,7 +20,8 @@ at::Tensor softmax_last_dim(at::Tensor x, std::string kernel) {
   attnbook::DeviceGuard guard(x);
   at::Tensor y = x.new_empty(x.sizes());
   const int64_t n = x.size(-1), rows = n ? x.numel() / n : 0;
-  TORCH_CHECK(rows <= INT32_MAX && n <= INT32_MAX, "x is too large: rows and row length "
+  TORCH_CHECK(rows <= INT32_MAX && n <= INT32_MAX,
+              "x is too large: rows and row length "
               "must be below 2^31");
   TORCH_CHECK(softmax_forward(kernel.c_str(), x.data_ptr<float>(), y.data_ptr<float>(),
                               int(rows), int(n), attnbook::stream()),
@@ -48,14 +49,15 @@ def _(x, kernel):
 
 
 def softmax(x: torch.Tensor, kernel: str = "online") -> torch.Tensor:
-    """softmax over the last dimension of a float32 tensor by one of the chapter's kernels
-    (a non-contiguous ``x`` is copied first). Like ``torch.softmax``, a row holding NaN or
-    +inf gives NaN; unlike it, a row that is entirely −inf gives zeros (torch: NaN)."""
+    """softmax over the last dimension of a float32 tensor by one of the chapter's
+    kernels (a non-contiguous ``x`` is copied first). Like ``torch.softmax``, a row
+    holding NaN or +inf gives NaN; unlike it, a row that is entirely −inf gives zeros
+    (torch: NaN)."""
     check_tensor(x, "x", min_dim=1)
     if kernel not in SOFTMAX_KERNELS:
         raise ValueError(f"kernel must be one of {SOFTMAX_KERNELS}, got {kernel!r}")
     n = x.shape[-1]
     if n > INT32_MAX or (n and x.numel() // n > INT32_MAX):
-        raise ValueError(f"x of shape {tuple(x.shape)} is too large: rows and row length "
-                         "must be below 2^31")
+        raise ValueError(f"x of shape {tuple(x.shape)} is too large: rows and row "
+                         "length must be below 2^31")
     return softmax_forward(x.contiguous(), kernel)

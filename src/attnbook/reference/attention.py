@@ -1,4 +1,5 @@
-"""Exact attention in PyTorch: the yardstick every kernel of the book is checked against.
+"""Exact attention in PyTorch: the yardstick every kernel of the book is checked
+against.
 
 Shapes: ``q`` is ``[B, H, Sq, D]``; ``k`` and ``v`` are ``[B, Hkv, Sk, D]`` with ``H`` a
 multiple of ``Hkv`` (grouped-query attention: query head ``h`` reads key/value head
@@ -24,7 +25,8 @@ def expand_kv(x: torch.Tensor, h: int) -> torch.Tensor:
     """Repeat key/value heads so that each of the ``h`` query heads has its own."""
     hkv = x.shape[1]
     if h % hkv:
-        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({hkv})")
+        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads "
+                         f"({hkv})")
     return x.repeat_interleave(h // hkv, dim=1)
 
 
@@ -48,7 +50,8 @@ def attention_reference(q, k, v, *, scale=None, causal=False, attn_mask=None,
     qf, kf, vf = (t.to(work) for t in (q, expand_kv(k, h), expand_kv(v, h)))
     s = (qf @ kf.transpose(-1, -2)) * scale
     s = s + masks.bias(b, h, sq, sk, attn_mask=attn_mask, causal=causal, stride=stride,
-                       window=window, key_lengths=key_lengths, dtype=work, device=q.device)
+                       window=window, key_lengths=key_lengths, dtype=work,
+                       device=q.device)
     m = s.amax(dim=-1, keepdim=True)
     m_safe = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
     p = torch.exp(s - m_safe)

@@ -1,10 +1,11 @@
-"""The one input check of every public entry point: the kernels' (in :mod:`attnbook.ops`)
-and the references' (here), so that all of them accept and refuse the same arguments.
+"""The one input check of every public entry point: the kernels' (in
+:mod:`attnbook.ops`) and the references' (here), so that all of them accept and refuse
+the same arguments.
 
 Every rule is checked here, in Python, before anything reaches a kernel: types, dtypes,
-shapes, devices, ranges. Python integers are unbounded and the kernels take 32-bit ones, so
-every integer is either reduced to an equivalent value that fits (a stride or window longer
-than the sequence) or refused before it is narrowed.
+shapes, devices, ranges. Python integers are unbounded and the kernels take 32-bit ones,
+so every integer is either reduced to an equivalent value that fits
+(a stride or window longer than the sequence) or refused before it is narrowed.
 """
 from __future__ import annotations
 
@@ -20,14 +21,15 @@ __all__ = ["AttentionArgs", "attention_args", "check_reference_args", "check_ten
            "check_positive_int", "check_same_device", "INT32_MAX", "FLOATS"]
 
 INT32_MAX = 2**31 - 1
-DEVICE_TYPES = ("cuda", "cpu", "meta")   # meta: shapes only (the ops' fake implementations)
+# meta: shapes only (the ops' fake implementations)
+DEVICE_TYPES = ("cuda", "cpu", "meta")
 HALF_PRECISION = (torch.float16, torch.bfloat16)
 INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 
 
 def check_tensor(x, name: str, dtypes=(torch.float32,), min_dim: int = 0) -> None:
-    """``x`` is a tensor of one of ``dtypes`` with at least ``min_dim`` dimensions, on a CUDA
-    device or the CPU (where the emulator runs the kernels)."""
+    """``x`` is a tensor of one of ``dtypes`` with at least ``min_dim`` dimensions, on a
+    CUDA device or the CPU (where the emulator runs the kernels)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
     if x.dtype not in dtypes:
@@ -47,8 +49,8 @@ def check_same_device(named: dict) -> None:
     first_name, first = tensors[0]
     for name, t in tensors[1:]:
         if t.device != first.device:
-            raise ValueError(f"all tensors must be on one device: {name} is on {t.device}, "
-                             f"{first_name} on {first.device}")
+            raise ValueError(f"all tensors must be on one device: {name} is on "
+                             f"{t.device}, {first_name} on {first.device}")
 
 
 def check_positive_int(value, name: str) -> int:
@@ -61,9 +63,10 @@ def check_positive_int(value, name: str) -> int:
 @dataclass
 class AttentionArgs:
     """Checked attention inputs, as the kernels take them: q [B, H, Sq, D] and k, v
-    [B, Hkv, Sk, D] views (leading dims flattened into B, head dim contiguous), the mask as
-    an additive float32 [B, H, Sq, Sk] view (stride 0 where it broadcasts) or None, key
-    lengths as int32 [B] clamped to [0, Sk] or None, stride and window as ints (0 = off)."""
+    [B, Hkv, Sk, D] views (leading dims flattened into B, head dim contiguous), the mask
+    as an additive float32 [B, H, Sq, Sk] view (stride 0 where it broadcasts) or None,
+    key lengths as int32 [B] clamped to [0, Sk] or None, stride and window as ints
+    (0 = off)."""
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
@@ -81,8 +84,8 @@ class AttentionArgs:
 
 
 def _as_bhsd(x: torch.Tensor) -> torch.Tensor:
-    """[*batch, H, S, D] (or [S, D], [H, S, D]) as [B, H, S, D], a view where possible; the
-    head dimension made contiguous (one copy) if it is not."""
+    """[*batch, H, S, D] (or [S, D], [H, S, D]) as [B, H, S, D], a view where possible;
+    the head dimension made contiguous (one copy) if it is not."""
     if x.dim() == 2:
         x = x[None, None]
     elif x.dim() == 3:
@@ -95,13 +98,16 @@ def _as_bhsd(x: torch.Tensor) -> torch.Tensor:
 def _check_shapes(q, k, v) -> None:
     shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
     if not q.dim() == k.dim() == v.dim():
-        raise ValueError(f"q, k and v must have the same number of dimensions: {shapes}")
+        raise ValueError("q, k and v must have the same number of dimensions: "
+                         f"{shapes}")
     if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape [*batch, Hkv, Sk, D]: {shapes} "
+        raise ValueError("k and v must have the same shape [*batch, Hkv, Sk, D]: "
+                         f"{shapes} "
                          "(a value head_dim other than the query's is not supported)")
     if q.shape[:-3] != k.shape[:-3] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"k and v must both be [*batch, Hkv, Sk, D] with q's batch dims "
-                         f"{tuple(q.shape[:-3])} and D={q.shape[-1]}; got {shapes}")
+        raise ValueError("k and v must both be [*batch, Hkv, Sk, D] with q's batch "
+                         f"dims {tuple(q.shape[:-3])} and D={q.shape[-1]}; "
+                         f"got {shapes}")
     if q.dim() >= 3:
         h, hkv = q.shape[-3], k.shape[-3]
         if hkv == 0 and h > 0:
@@ -112,7 +118,8 @@ def _check_shapes(q, k, v) -> None:
     for name, n in (("query length", q.shape[-2]), ("key length", k.shape[-2]),
                     ("head_dim", q.shape[-1])):
         if n > INT32_MAX:
-            raise ValueError(f"{name} {n} exceeds the kernels' 32-bit limit ({INT32_MAX})")
+            raise ValueError(f"{name} {n} exceeds the kernels' 32-bit limit "
+                             f"({INT32_MAX})")
 
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -121,34 +128,40 @@ FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                    *, stride=None, window=None, key_lengths=None,
                    dtypes=(torch.float32,)) -> AttentionArgs:
-    """Check the arguments of :func:`attnbook.attention` (SDPA's, plus the book's masks) and
-    return them as the kernels take them. Raises TypeError, ValueError or
+    """Check the arguments of :func:`attnbook.attention` (SDPA's, plus the book's masks)
+    and return them as the kernels take them. Raises TypeError, ValueError or
     NotImplementedError with a message that names the argument."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if getattr(t, "dtype", None) in HALF_PRECISION and t.dtype not in dtypes:
             raise NotImplementedError(
                 f"{name} is {t.dtype}: this path computes in float32; half precision "
-                "runs on chapter 8's tensor-core kernel (ab.attention with impl='flash', "
-                "or ab.flash_attention_tc)")
+                "runs on chapter 8's tensor-core kernel (ab.attention with "
+                "impl='flash', or ab.flash_attention_tc)")
         check_tensor(t, name, dtypes, min_dim=2)
     if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise TypeError(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, "
+                        f"{v.dtype}")
     _check_shapes(q, k, v)
     if not isinstance(dropout_p, numbers.Real) or dropout_p != 0:
-        raise NotImplementedError(f"dropout is not supported (dropout_p={dropout_p!r}); "
+        raise NotImplementedError("dropout is not supported "
+                                  f"(dropout_p={dropout_p!r}); "
                                   "the book's kernels compute attention without it")
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
+    if scale is not None and (isinstance(scale, bool)
+                              or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be a number or None, got {scale!r}")
     stride = None if stride is None else check_positive_int(stride, "stride")
     window = None if window is None else check_positive_int(window, "window")
     if key_lengths is not None and not (
-            isinstance(key_lengths, torch.Tensor) and key_lengths.dtype in INTEGER_DTYPES):
+            isinstance(key_lengths, torch.Tensor)
+            and key_lengths.dtype in INTEGER_DTYPES):
         what = getattr(key_lengths, "dtype", type(key_lengths).__name__)
-        raise ValueError(f"key_lengths must be an integer tensor of shape [B], got {what}")
+        raise ValueError("key_lengths must be an integer tensor of shape [B], "
+                         f"got {what}")
     if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
-        raise TypeError(f"attn_mask must be a tensor or None, got {type(attn_mask).__name__}")
+        raise TypeError("attn_mask must be a tensor or None, "
+                        f"got {type(attn_mask).__name__}")
     check_same_device(dict(q=q, k=k, v=v, attn_mask=attn_mask, key_lengths=key_lengths))
 
     out_shape = tuple(q.shape)
@@ -166,10 +179,10 @@ def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     lengths = None
     if key_lengths is not None:
         if tuple(key_lengths.shape) not in ((b,), tuple(q.shape[:-3])):
-            raise ValueError(f"key_lengths must have shape [B] = [{b}] (q's batch), got "
-                             f"{tuple(key_lengths.shape)}")
-        # Lengths past Sk mean no padding and negative ones mean no key: clamping to [0, Sk]
-        # keeps every value's meaning and makes it fit in 32 bits.
+            raise ValueError(f"key_lengths must have shape [B] = [{b}] (q's batch), "
+                             f"got {tuple(key_lengths.shape)}")
+        # Lengths past Sk mean no padding and negative ones mean no key: clamping to
+        # [0, Sk] keeps every value's meaning and makes it fit in 32 bits.
         lengths = key_lengths.reshape(b).clamp(0, sk).to(torch.int32).contiguous()
     # A stride of Sk or more admits key 0 alone, and no two positions are more than
     # max(Sq, Sk) apart: larger values mean the same and are reduced to fit in 32 bits.
@@ -177,16 +190,17 @@ def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     window = 0 if window is None else min(window, max(sq, sk) + 1)
     if scale is None:
         scale = 1.0 / math.sqrt(d) if d else 1.0   # d = 0: the output is empty anyway
-    return AttentionArgs(q4, k4, v4, bias, lengths, is_causal, stride, window, float(scale),
-                         out_shape)
+    return AttentionArgs(q4, k4, v4, bias, lengths, is_causal, stride, window,
+                         float(scale), out_shape)
 
 
 def check_reference_args(q, k, v, *, scale=None, causal=False, attn_mask=None,
                          key_lengths=None, stride=None, window=None) -> None:
-    """The rules of :func:`attention_args` for the references, which take any floating dtype
-    (float64 to check the kernels) and compute on [B, H, S, D] tensors as given."""
+    """The rules of :func:`attention_args` for the references, which take any floating
+    dtype (float64 to check the kernels) and compute on [B, H, S, D] tensors as
+    given."""
     attention_args(q, k, v, attn_mask, 0.0, causal, scale, stride=stride, window=window,
                    key_lengths=key_lengths, dtypes=FLOATS)
     if q.dim() != 4:
-        raise ValueError(f"the references take 4-D [B, H, S, D] tensors, got q of shape "
-                         f"{tuple(q.shape)}")
+        raise ValueError("the references take 4-D [B, H, S, D] tensors, got q of "
+                         f"shape {tuple(q.shape)}")

@@ -1,5 +1,5 @@
-"""Decoding with a KV cache, the obvious way: the yardstick of ``kernels/kv_cache.cu`` and
-``kernels/decode.cu``.
+"""Decoding with a KV cache, the obvious way: the yardstick of ``kernels/kv_cache.cu``
+and ``kernels/decode.cu``.
 
 Independent of the kernels' arithmetic: the new keys and values are written position by
 position into copies of the caches (through the block table when there is one), each
@@ -19,8 +19,8 @@ __all__ = ["kv_cache_append_reference", "gather_kv", "attention_with_kvcache_ref
 
 
 def _slot(block_table, block_size, b, pos):
-    """(page, slot) of position pos of sequence b: row b of a contiguous cache, or the page
-    the block table names."""
+    """(page, slot) of position pos of sequence b: row b of a contiguous cache, or the
+    page the block table names."""
     if block_table is None:
         return b, pos
     return int(block_table[b, pos // block_size]), pos % block_size
@@ -49,18 +49,19 @@ def gather_kv(cache, length, b, block_table=None):
     return torch.stack(rows, dim=1)
 
 
-def attention_with_kvcache_reference(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
-                                     block_table=None, causal=True, scale=None,
+def attention_with_kvcache_reference(q, k_cache, v_cache, k=None, v=None, *,
+                                     cache_seqlens, block_table=None, causal=True,
+                                     scale=None,
                                      return_lse=False, return_caches=False):
-    """What :func:`attnbook.attention_with_kvcache` computes, in float64, leaving the caches
-    untouched: o [B, H, Sq, D] (and the log-sum-exp [B, H, Sq] if ``return_lse``, the
-    updated copies of the caches if ``return_caches``). Arguments as there."""
+    """What :func:`attnbook.attention_with_kvcache` computes, in float64, leaving the
+    caches untouched: o [B, H, Sq, D] (and the log-sum-exp [B, H, Sq] if ``return_lse``,
+    the updated copies of the caches if ``return_caches``). Arguments as there."""
     a = kvcache_args(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens,
                      block_table=block_table, causal=causal, scale=scale, dtypes=FLOATS)
     table = None if a.block_table is None else a.block_table.cpu()
     if a.k is not None:
-        k_cache, v_cache = kv_cache_append_reference(k_cache, v_cache, a.k, a.v, a.lengths,
-                                                     table)
+        k_cache, v_cache = kv_cache_append_reference(k_cache, v_cache, a.k, a.v,
+                                                     a.lengths, table)
     b, h, sq, d = q.shape
     o = torch.zeros(b, h, sq, d, dtype=torch.float64, device=q.device)
     lse = torch.full((b, h, sq), float("-inf"), dtype=torch.float64, device=q.device)

@@ -1,10 +1,12 @@
-"""The one input check of decoding with a KV cache: :func:`attnbook.attention_with_kvcache`
-(the kernels) and its reference take and refuse the same arguments.
+"""The one input check of decoding with a KV cache:
+:func:`attnbook.attention_with_kvcache` (the kernels) and its reference take and refuse
+the same arguments.
 
 Everything is checked here, before any launch: types, dtypes, shapes, devices, and the
 values the kernels would otherwise trust — every sequence length, every position the new
 tokens are written to, every page of the block table that is read or written. A cache is
-written in place, so an error found after the append would leave it half-changed; none is.
+written in place, so an error found after the append would leave it half-changed; none
+is.
 """
 from __future__ import annotations
 
@@ -19,17 +21,17 @@ from .checks import INT32_MAX, check_positive_int, check_same_device, check_tens
 __all__ = ["KVCacheArgs", "kvcache_args", "MAX_SPLITS", "ROWS_PER_BLOCK"]
 
 INTEGER_DTYPES = (torch.int32, torch.int64)
-MAX_SPLITS = 128        # as FlashAttention: more splits than this never pays
-ROWS_PER_BLOCK = 32     # kernels/decode.cu's kDecodeRows: query rows sharing one kv head
+MAX_SPLITS = 128       # as FlashAttention: more splits than this never pays
+ROWS_PER_BLOCK = 32    # kernels/decode.cu's kDecodeRows: query rows sharing one kv head
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 @dataclass
 class KVCacheArgs:
     """Checked decode inputs, as the kernels take them: q [B, H, Sq, D] (head dim
-    contiguous), the caches as given, k and v [B, Hkv, Sq, D] or None, cache_seqlens as int32
-    [B], block_table as int32 [B, max_blocks] (contiguous) or None, and the Python values the
-    host needs (lengths before the append, capacity, and the rest)."""
+    contiguous), the caches as given, k and v [B, Hkv, Sq, D] or None, cache_seqlens as
+    int32 [B], block_table as int32 [B, max_blocks] (contiguous) or None, and the Python
+    values the host needs (lengths before the append, capacity, and the rest)."""
     q: torch.Tensor
     k_cache: torch.Tensor
     v_cache: torch.Tensor
@@ -75,12 +77,12 @@ def _integer_tensor(x, name):
         raise TypeError(f"{name} must be an int32 or int64 tensor, got {what}")
 
 
-def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None,
-                 num_splits=None, causal=True, scale=None,
+def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
+                 block_table=None, num_splits=None, causal=True, scale=None,
                  dtypes=KERNEL_DTYPES) -> KVCacheArgs:
-    """Check the arguments of :func:`attnbook.attention_with_kvcache` and return them as the
-    kernels take them. Raises TypeError, ValueError or NotImplementedError with a message
-    that names the argument, before anything is written."""
+    """Check the arguments of :func:`attnbook.attention_with_kvcache` and return them as
+    the kernels take them. Raises TypeError, ValueError or NotImplementedError with a
+    message that names the argument, before anything is written."""
     if not isinstance(q, torch.Tensor):
         raise TypeError(f"q must be a tensor, got {type(q).__name__}")
     check_tensor(q, "q", dtypes)
@@ -89,25 +91,28 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_ta
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         _check_float(t, name, q.dtype, dtypes)
     if k_cache.shape != v_cache.shape:
-        raise ValueError(f"k_cache and v_cache must have one shape, got {_shape(k_cache)} "
-                         f"and {_shape(v_cache)}")
+        raise ValueError("k_cache and v_cache must have one shape, got "
+                         f"{_shape(k_cache)} and {_shape(v_cache)}")
     if (k is None) != (v is None):
-        raise ValueError("k and v must be given together (the new keys and values) or not "
-                         "at all")
+        raise ValueError("k and v must be given together (the new keys and values) or "
+                         "not at all")
     if k is not None:
         for name, t in (("k", k), ("v", v)):
             _check_float(t, name, q.dtype, dtypes)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {causal!r}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
+    if scale is not None and (isinstance(scale, bool)
+                              or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be a number or None, got {scale!r}")
     if num_splits is not None:
         num_splits = check_positive_int(num_splits, "num_splits")
         if num_splits > MAX_SPLITS:
-            raise ValueError(f"num_splits must be at most {MAX_SPLITS}, got {num_splits}")
+            raise ValueError(f"num_splits must be at most {MAX_SPLITS}, "
+                             f"got {num_splits}")
     if block_table is not None:
         _integer_tensor(block_table, "block_table")
-    if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
+    if (isinstance(cache_seqlens, numbers.Integral)
+            and not isinstance(cache_seqlens, bool)):
         # One length for every sequence; beyond ±2^62 it is out of range either way.
         n = max(-1, min(int(cache_seqlens), 2**62))
         cache_seqlens = torch.full((q.shape[0],), n, dtype=torch.int64, device=q.device)
@@ -121,19 +126,19 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_ta
     if k_cache.shape[3] != d:
         raise ValueError(f"the caches' head_dim must be q's D={d}: {shapes}")
     if hkv == 0 or h % hkv:
-        raise ValueError(f"query heads ({h}) must be a multiple of the caches' key/value "
-                         f"heads ({hkv}): {shapes}")
+        raise ValueError(f"query heads ({h}) must be a multiple of the caches' "
+                         f"key/value heads ({hkv}): {shapes}")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         if t.stride(-1) != 1 and d > 1:
-            raise ValueError(f"{name}'s head dimension must be contiguous (the cache is "
-                             "written in place, so it cannot be copied)")
+            raise ValueError(f"{name}'s head dimension must be contiguous (the cache "
+                             "is written in place, so it cannot be copied)")
     if k_cache.data_ptr() == v_cache.data_ptr() and k_cache.numel() and \
             k_cache.device.type != "meta":
         raise ValueError("k_cache and v_cache must be different tensors")
     if block_table is None:
         if k_cache.shape[0] != b:
-            raise ValueError(f"a contiguous cache is [B, Hkv, max_len, D] with q's B={b}: "
-                             f"{shapes} (a paged cache needs block_table)")
+            raise ValueError("a contiguous cache is [B, Hkv, max_len, D] with q's "
+                             f"B={b}: {shapes} (a paged cache needs block_table)")
         block_size = capacity = k_cache.shape[2]
     else:
         if block_table.dim() != 2 or block_table.shape[0] != b:
@@ -144,8 +149,8 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_ta
             raise ValueError(f"pages must hold at least one position: k_cache {shapes}")
         capacity = block_table.shape[1] * block_size
         if k_cache.shape[0] > INT32_MAX:
-            raise ValueError(f"the pool has {k_cache.shape[0]} pages; the kernels index "
-                             f"at most {INT32_MAX}")
+            raise ValueError(f"the pool has {k_cache.shape[0]} pages; the kernels "
+                             f"index at most {INT32_MAX}")
     if capacity > INT32_MAX - 64:
         raise ValueError(f"a sequence's capacity of {capacity} positions exceeds the "
                          f"kernels' 32-bit limit ({INT32_MAX - 64})")
@@ -154,8 +159,9 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_ta
         want = (b, hkv, sq, d)
         for name, t in (("k", k), ("v", v)):
             if _shape(t) != want:
-                raise ValueError(f"{name} must be [B, Hkv, Sq, D] = {list(want)} (the new "
-                                 f"tokens, one per query row), got {_shape(t)}")
+                raise ValueError(f"{name} must be [B, Hkv, Sq, D] = {list(want)} "
+                                 "(the new tokens, one per query row), "
+                                 f"got {_shape(t)}")
         new_keys = sq
     if b * hkv > INT32_MAX or h * sq > INT32_MAX or \
             -(-(h // hkv) * sq // ROWS_PER_BLOCK) > 65535:
@@ -179,8 +185,8 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_ta
                                  k_cache.shape[0])
     elif block_table is not None:
         table = block_table.to(torch.int32)
-    seqlens32 = cache_seqlens.to(torch.int32).contiguous() if q.device.type == "meta" else \
-        torch.tensor(lengths, dtype=torch.int32).to(q.device)
+    seqlens32 = cache_seqlens.to(torch.int32).contiguous() if q.device.type == "meta" \
+        else torch.tensor(lengths, dtype=torch.int32).to(q.device)
     if scale is None:
         scale = 1.0 / math.sqrt(d) if d else 1.0
     q4 = q if q.stride(-1) == 1 or d <= 1 else q.contiguous()
@@ -191,25 +197,26 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_ta
 
 
 def _check_pages(block_table, lengths, new_keys, block_size, num_pages):
-    """The block table as contiguous int32, after checking every entry a kernel will use:
-    those that hold a sequence's keys, old and new. No page may receive new tokens of two
-    sequences (or twice for one): those writes would race."""
+    """The block table as contiguous int32, after checking every entry a kernel will
+    use: those that hold a sequence's keys, old and new. No page may receive new tokens
+    of two sequences (or twice for one): those writes would race."""
     table = block_table.cpu()
     written = {}
     for b, n in enumerate(lengths):
         used = -(-(n + new_keys) // block_size)
         for j, page in enumerate(table[b, :used].tolist()):
             if not 0 <= page < num_pages:
-                raise ValueError(f"block_table[{b}, {j}] = {page} is outside the pool of "
-                                 f"{num_pages} pages")
+                raise ValueError(f"block_table[{b}, {j}] = {page} is outside the pool "
+                                 f"of {num_pages} pages")
         for pos in range(n, n + new_keys):
             page = int(table[b, pos // block_size])
             key = (page, pos % block_size)
             if key in written:
-                raise ValueError(f"page {page} slot {pos % block_size} would receive two "
-                                 f"new tokens (sequences {written[key]} and {b}): the "
-                                 "pages written in one call must not be shared")
+                raise ValueError(f"page {page} slot {pos % block_size} would receive "
+                                 f"two new tokens (sequences {written[key]} and {b}): "
+                                 "the pages written in one call must not be shared")
             written[key] = b
     # Entries past a sequence's pages are never read: clamped, they narrow safely.
-    return table.clamp(-1, num_pages).to(torch.int32).contiguous().to(block_table.device)
+    return table.clamp(-1, num_pages).to(torch.int32).contiguous().to(
+        block_table.device)
 

@@ -26,7 +26,8 @@ __all__ = ["flash_backward_tiles", "FlashAttentionTiles", "attention_tiles_autog
 
 
 def _group_sum(x: torch.Tensor, hkv: int) -> torch.Tensor:
-    """[B, H, S, D] gradients of expanded keys or values, summed back to [B, Hkv, S, D]."""
+    """[B, H, S, D] gradients of expanded keys or values, summed back to
+    [B, Hkv, S, D]."""
     b, h, s, d = x.shape
     return x.reshape(b, hkv, h // hkv, s, d).sum(2)
 
@@ -35,8 +36,8 @@ def flash_backward_tiles(q, k, v, o, lse, do, *, block_q=16, block_k=16, scale=N
                          causal=False, attn_mask=None, stride=None, window=None,
                          key_lengths=None, dlse=None):
     """(dq, dk, dv) of attention for the upstream gradient ``do`` [B, H, Sq, D] (and
-    ``dlse`` [B, H, Sq] of the log-sum-exp, if it was used), from the forward's ``o`` and
-    ``lse``, computed tile by tile; any dtype. Masks as in
+    ``dlse`` [B, H, Sq] of the log-sum-exp, if it was used), from the forward's ``o``
+    and ``lse``, computed tile by tile; any dtype. Masks as in
     :func:`attnbook.attention_reference`."""
     check_reference_args(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
                          key_lengths=key_lengths, stride=stride, window=window)
@@ -52,13 +53,13 @@ def flash_backward_tiles(q, k, v, o, lse, do, *, block_q=16, block_k=16, scale=N
     delta = (do * o).sum(-1)
     if dlse is not None:
         delta = delta - dlse
-    empty = torch.isneginf(lse)              # rows with no admissible key: P = 0
+    empty = torch.isneginf(lse)            # rows with no admissible key: P = 0
     lse_safe = torch.where(empty, 0.0, lse)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(ke), torch.zeros_like(ve)
-    for c0 in range(0, sk, block_k):         # outer loop: key tiles, each owns dK_j, dV_j
+    for c0 in range(0, sk, block_k):       # outer loop: key tiles, each owns dK_j, dV_j
         cols = slice(c0, min(c0 + block_k, sk))
         kj, vj = ke[:, :, cols], ve[:, :, cols]
-        for r0 in range(0, sq, block_q):     # inner loop: query tiles
+        for r0 in range(0, sq, block_q):   # inner loop: query tiles
             rows = slice(r0, min(r0 + block_q, sq))
             bias = masks.bias(b, h, sq, sk, rows=rows, cols=cols, **rules)
             if bool(torch.isneginf(bias).all()):

@@ -1,5 +1,6 @@
-"""Per-lane fragment layouts of mma.sync and ldmatrix, transcribed from the PTX ISA tables
-("Matrix Fragments for mma.m16n8k16 / mma.m16n8k8 with floating point type", "ldmatrix").
+"""Per-lane fragment layouts of mma.sync and ldmatrix, transcribed from the PTX ISA
+tables ("Matrix Fragments for mma.m16n8k16 / mma.m16n8k8 with floating point type",
+"ldmatrix").
 
 Each function maps (lane, element index) to (row, col) of the matrix, in the ISA's own
 terms: groupID = lane >> 2, threadID_in_group = lane % 4; element a_i lives in register

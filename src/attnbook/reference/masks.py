@@ -35,7 +35,8 @@ def _positions(sq: int, sk: int, rows: slice, cols: slice, device=None):
 
 def allowed(sq: int, sk: int, *, causal: bool = False, stride: int | None = None,
             window: int | None = None, key_lengths: torch.Tensor | None = None,
-            device=None, rows: slice = slice(None), cols: slice = slice(None)) -> torch.Tensor:
+            device=None, rows: slice = slice(None),
+            cols: slice = slice(None)) -> torch.Tensor:
     """Boolean tensor, True where query i may attend key j.
 
     Shape ``[1, 1, Sq, Sk]``, or ``[B, 1, Sq, Sk]`` when ``key_lengths`` (shape ``[B]``)
@@ -58,7 +59,8 @@ def allowed(sq: int, sk: int, *, causal: bool = False, stride: int | None = None
     ok = ok.view(1, 1, *ok.shape)
     if key_lengths is not None:
         if key_lengths.dim() != 1:
-            raise ValueError(f"key_lengths must have shape [B], got {tuple(key_lengths.shape)}")
+            raise ValueError("key_lengths must have shape [B], "
+                             f"got {tuple(key_lengths.shape)}")
         lengths = key_lengths.to(device=ok.device).view(-1, 1, 1, 1)
         ok = ok & (j.view(1, 1, 1, -1) < lengths)
     return ok
@@ -68,11 +70,13 @@ def check_attn_mask(attn_mask: torch.Tensor, *shape: int) -> None:
     """Raise a clear error unless ``attn_mask`` broadcasts to ``shape``, the scores'
     ``[*batch, H, Sq, Sk]``."""
     have = tuple(attn_mask.shape)
-    if attn_mask.dim() > len(shape) or any(s not in (1, w) for s, w in zip(have[::-1], shape[::-1])):
-        raise ValueError(f"attn_mask of shape {have} does not broadcast to [*batch, H, Sq, Sk] = "
-                         f"{list(shape)}")
+    if attn_mask.dim() > len(shape) or any(s not in (1, w)
+                                           for s, w in zip(have[::-1], shape[::-1])):
+        raise ValueError(f"attn_mask of shape {have} does not broadcast to "
+                         f"[*batch, H, Sq, Sk] = {list(shape)}")
     if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
-        raise TypeError(f"attn_mask must be bool or floating point, got {attn_mask.dtype}")
+        raise TypeError("attn_mask must be bool or floating point, "
+                        f"got {attn_mask.dtype}")
 
 
 def bias(b: int, h: int, sq: int, sk: int, *, attn_mask: torch.Tensor | None = None,
@@ -80,15 +84,16 @@ def bias(b: int, h: int, sq: int, sk: int, *, attn_mask: torch.Tensor | None = N
          key_lengths: torch.Tensor | None = None, dtype=torch.float32, device=None,
          rows: slice = slice(None), cols: slice = slice(None)) -> torch.Tensor:
     """The additive score bias of every rule together: 0 or the additive mask where
-    attention is allowed, -inf where it is not.  Broadcastable to ``[B, H, Sq, Sk]``, or to
-    the tile ``[rows, cols]`` of it."""
+    attention is allowed, -inf where it is not.  Broadcastable to ``[B, H, Sq, Sk]``, or
+    to the tile ``[rows, cols]`` of it."""
     ok = allowed(sq, sk, causal=causal, stride=stride, window=window,
                  key_lengths=key_lengths, device=device, rows=rows, cols=cols)
     out = torch.zeros(ok.shape, dtype=dtype, device=device)
     if attn_mask is not None:
         check_attn_mask(attn_mask, b, h, sq, sk)
         m = attn_mask.to(device)
-        m = m.expand(*m.shape[:-2], sq, sk)[..., rows, cols]   # a view: nothing is copied
+        # a view: nothing is copied
+        m = m.expand(*m.shape[:-2], sq, sk)[..., rows, cols]
         if m.dtype == torch.bool:
             ok = ok & m
         else:

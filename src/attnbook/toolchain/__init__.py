@@ -1,6 +1,6 @@
 """How kernel text becomes a Python callable: :func:`compile` (nvcc on a GPU, the CPU
-emulator without one), the extension cache, ptxas reports, the emulator's source transform
-and thread orders, and the description of the machine."""
+emulator without one), the extension cache, ptxas reports, the emulator's source
+transform and thread orders, and the description of the machine."""
 from .compile import (CompileError, INCLUDE_DIR, KERNEL_DIR, compile, default_backend,
                       kernel_source, package_module)
 from .emulator import (KernelInterrupted, KernelTimeout, thread_order, time_budget,

@@ -1,8 +1,8 @@
 """One way to compile a kernel, with two back ends.
 
 ``compile(name, cuda, wrapper, functions)`` takes CUDA kernel source (a file of
-``attnbook/kernels`` read with :func:`kernel_source`, or text written in a cell) and a thin
-torch-facing wrapper, and returns a loaded Python module built by
+``attnbook/kernels`` read with :func:`kernel_source`, or text written in a cell) and a
+thin torch-facing wrapper, and returns a loaded Python module built by
 ``torch.utils.cpp_extension.load_inline``:
 
 * on a GPU, nvcc compiles the kernel for the current device's architecture only;
@@ -11,8 +11,8 @@ torch-facing wrapper, and returns a loaded Python module built by
 
 The wrapper is C++ that sees ``at::Tensor`` and the helpers of ``attnbook_torch.h``
 (``attnbook::check_tensor``, ``attnbook::stream()``, ``attnbook::check_launch()``); it
-declares the host launchers of the kernel text it calls. The same wrapper text serves both
-back ends.
+declares the host launchers of the kernel text it calls. The same wrapper text serves
+both back ends.
 """
 from __future__ import annotations
 
@@ -27,25 +27,29 @@ import torch
 
 from . import emulator
 
-__all__ = ["compile", "kernel_source", "package_module", "CompileError", "default_backend",
-           "KERNEL_DIR", "INCLUDE_DIR"]
+__all__ = ["compile", "kernel_source", "package_module", "CompileError",
+           "default_backend", "KERNEL_DIR", "INCLUDE_DIR"]
 
 TOOLCHAIN_DIR = pathlib.Path(__file__).resolve().parent
 KERNEL_DIR = TOOLCHAIN_DIR.parent / "kernels"
 INCLUDE_DIR = TOOLCHAIN_DIR / "include"
-EMULATOR_DIR = INCLUDE_DIR / "emulator"   # stands in for the CUDA toolkit's headers on the CPU
+# stands in for the CUDA toolkit's headers on the CPU
+EMULATOR_DIR = INCLUDE_DIR / "emulator"
 BACKENDS = ("cuda", "emulator")
-# Hidden visibility: each extension keeps its own emulator state (inline statics would otherwise
-# be merged across every loaded extension as GNU unique symbols).
-CPU_FLAGS = ["-O2", "-fno-strict-aliasing", "-fvisibility=hidden", "-DATTNBOOK_EMULATOR"]
+# Hidden visibility: each extension keeps its own emulator state (inline statics would
+# otherwise be merged across every loaded extension as GNU unique symbols).
+CPU_FLAGS = ["-O2", "-fno-strict-aliasing", "-fvisibility=hidden",
+             "-DATTNBOOK_EMULATOR"]
 
 
 class CompileError(RuntimeError):
-    """The compiler rejected the source; the message holds its errors, at the reader's lines."""
+    """The compiler rejected the source; the message holds its errors, at the reader's
+    lines."""
 
 
 def kernel_source(filename: str) -> str:
-    """The text of a kernel file of ``attnbook/kernels``, e.g. ``kernel_source("softmax.cu")``."""
+    """The text of a kernel file of ``attnbook/kernels``, e.g.
+    ``kernel_source("softmax.cu")``."""
     path = KERNEL_DIR / filename
     if not path.is_file():
         known = sorted(p.name for p in KERNEL_DIR.glob("*.cu"))
@@ -63,7 +67,8 @@ def _device_arch() -> str:
 
 
 def _arch_list(arch: str) -> str:
-    """TORCH_CUDA_ARCH_LIST's spelling of an architecture: sm_80 -> 8.0, sm_90a -> 9.0a."""
+    """TORCH_CUDA_ARCH_LIST's spelling of an architecture: sm_80 -> 8.0, sm_90a ->
+    9.0a."""
     m = re.fullmatch(r"sm_(\d+)(\d)(a?)", arch)
     return f"{m.group(1)}.{m.group(2)}{m.group(3)}"
 
@@ -75,9 +80,12 @@ def _source_name(cuda: str) -> str:
     return "cell.cu"
 
 
-def _short_error(log: str, source: str = "", source_name: str = "", limit: int = 12) -> str:
-    """The compiler's error lines, paths trimmed, and the reader's line the first one names."""
-    lines = [ln for ln in log.splitlines() if re.search(r"\berror\b|error:|undefined reference", ln)]
+def _short_error(log: str, source: str = "", source_name: str = "",
+                 limit: int = 12) -> str:
+    """The compiler's error lines, paths trimmed, and the reader's line the first one
+    names."""
+    lines = [ln for ln in log.splitlines()
+             if re.search(r"\berror\b|error:|undefined reference", ln)]
     lines = [re.sub(r"^.*?/(?=[\w.]+\.(cu|cpp|h|cuh)[:(])", "", ln) for ln in lines]
     lines = list(dict.fromkeys(lines))[:limit]
     if not lines:
@@ -85,24 +93,26 @@ def _short_error(log: str, source: str = "", source_name: str = "", limit: int =
     for ln in lines:
         m = re.match(re.escape(source_name) + r"[:(](\d+)", ln) if source_name else None
         if m and 0 < int(m.group(1)) <= len(source.splitlines()):
-            lines.append(f"  {m.group(1)} | {source.splitlines()[int(m.group(1)) - 1].strip()}")
+            lines.append(f"  {m.group(1)} | "
+                         f"{source.splitlines()[int(m.group(1)) - 1].strip()}")
             break
     return "\n".join(lines)
 
 
-def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | None = None,
-            arch: str | None = None, verbose: bool = False, extra_cflags=()):
-    """Compile ``cuda`` (kernel text) with ``wrapper`` (torch-facing C++) into a module that
-    exposes ``functions``. ``backend`` is "cuda", "emulator", or None for this machine's.
-    ``arch`` ("sm_75", "sm_80", …) builds the CUDA back end for that architecture instead of
-    the GPU's, which also works without a GPU when torch is a CUDA build (the module then
-    loads but cannot launch)."""
+def compile(name: str, cuda: str, wrapper: str, functions, *,
+            backend: str | None = None, arch: str | None = None, verbose: bool = False,
+            extra_cflags=()):
+    """Compile ``cuda`` (kernel text) with ``wrapper`` (torch-facing C++) into a module
+    that exposes ``functions``. ``backend`` is "cuda", "emulator", or None for this
+    machine's. ``arch`` ("sm_75", "sm_80", …) builds the CUDA back end for that
+    architecture instead of the GPU's, which also works without a GPU when torch is a
+    CUDA build (the module then loads but cannot launch)."""
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "cuda" and arch is None and not torch.cuda.is_available():
-        raise RuntimeError("backend='cuda' needs a GPU (or arch='sm_XY' to build without "
-                           "running); use backend='emulator' to run on the CPU")
+        raise RuntimeError("backend='cuda' needs a GPU (or arch='sm_XY' to build "
+                           "without running); use backend='emulator' to run on the CPU")
     if arch is not None and not re.fullmatch(r"sm_\d{2,3}a?", arch):
         raise ValueError(f"arch must look like 'sm_80', got {arch!r}")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
@@ -111,35 +121,41 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
     for fn in functions:   # on the emulator both share one translation unit
         bounds = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
         if re.search(rf"__global__\s+{bounds}void\s+{bounds}{fn}\s*\(", cuda):
-            raise CompileError(f"the wrapper function {fn!r} has the name of a kernel in "
-                               f"the CUDA source: give it another name ({fn}_of, say)")
+            raise CompileError(f"the wrapper function {fn!r} has the name of a kernel "
+                               "in the CUDA source: give it another name "
+                               f"({fn}_of, say)")
     src_name = _source_name(cuda)
     header = '#include "attnbook_torch.h"\n'
     wrapper_text = f'#line 1 "wrapper"\n{wrapper}\n'
     if backend == "emulator":
         try:
-            kernel_text = emulator.to_cpp(emulator.inline_headers(cuda, src_name, KERNEL_DIR))
+            kernel_text = emulator.to_cpp(emulator.inline_headers(cuda, src_name,
+                                                                  KERNEL_DIR))
         except SyntaxError as e:
             raise CompileError(f"{src_name}: {e}") from None
-        cpp = [header + '#include "cuda_emulator.h"\n' + f'#line 1 "{src_name}"\n' + kernel_text
-               + "\n" + wrapper_text]
+        cpp = [header + '#include "cuda_emulator.h"\n' + f'#line 1 "{src_name}"\n'
+               + kernel_text + "\n" + wrapper_text]
         cu, target, includes = [], "the CPU emulator", [EMULATOR_DIR]
         cflags, cuda_flags = CPU_FLAGS + list(extra_cflags), []
     else:
         target = arch or _device_arch()
         cpp = [header + wrapper_text]
-        # The kernel text is a real file beside the build (see _write_kernel_file): nvcc's
-        # dependency list then names files that exist, and ninja reuses the object.
+        # The kernel text is a real file beside the build (see _write_kernel_file):
+        # nvcc's dependency list then names files that exist, and ninja reuses the
+        # object.
         cu = [f'#include <cuda_runtime.h>\n#include "{KERNEL_SUBDIR}/{src_name}"\n']
         includes = []
         cflags = ["-O2"] + list(extra_cflags)
-        # torch's extension builder hides cuda_fp16/bf16's operators and conversions; the
-        # emulator and ptxas_report have them, so the same kernel text must see them here too.
-        cuda_flags = ["-O3", "-std=c++17", "-lineinfo"] + [f"-U__CUDA_NO_{m}__" for m in (
-            "HALF_OPERATORS", "HALF_CONVERSIONS", "HALF2_OPERATORS", "BFLOAT16_CONVERSIONS")]
-    key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, cuda, *cflags, *cuda_flags,
-                                    *functions,
-                                    *(p.read_text() for p in sorted(EMULATOR_DIR.iterdir())),
+        # torch's extension builder hides cuda_fp16/bf16's operators and conversions;
+        # the emulator and ptxas_report have them, so the same kernel text must see them
+        # here too.
+        cuda_flags = ["-O3", "-std=c++17", "-lineinfo"] + [
+            f"-U__CUDA_NO_{m}__" for m in ("HALF_OPERATORS", "HALF_CONVERSIONS",
+                                          "HALF2_OPERATORS", "BFLOAT16_CONVERSIONS")]
+    key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, cuda, *cflags,
+                                    *cuda_flags, *functions,
+                                    *(p.read_text()
+                                      for p in sorted(EMULATOR_DIR.iterdir())),
                                     (INCLUDE_DIR / "attnbook_torch.h").read_text(),
                                     torch.__version__]).encode()).hexdigest()[:12]
     full_name = f"{name}_{backend}_{key}"
@@ -155,11 +171,14 @@ def compile(name: str, cuda: str, wrapper: str, functions, *, backend: str | Non
             from torch.utils.cpp_extension import load_inline
             module = load_inline(
                 name=full_name, cpp_sources=cpp, cuda_sources=cu or None,
-                functions=functions, extra_cflags=cflags, extra_cuda_cflags=cuda_flags or None,
-                extra_include_paths=[str(p) for p in (*includes, INCLUDE_DIR, KERNEL_DIR)],
+                functions=functions, extra_cflags=cflags,
+                extra_cuda_cflags=cuda_flags or None,
+                extra_include_paths=[str(p)
+                                     for p in (*includes, INCLUDE_DIR, KERNEL_DIR)],
                 with_cuda=backend == "cuda", no_implicit_headers=True, verbose=verbose)
     except (RuntimeError, ImportError) as e:
-        raise CompileError(f"compiling {name} failed:\n{_short_error(str(e), cuda, src_name)}") from None
+        raise CompileError(f"compiling {name} failed:\n"
+                           f"{_short_error(str(e), cuda, src_name)}") from None
     finally:
         if backend == "cuda":
             if env_arch is None:
@@ -183,8 +202,8 @@ def build_directory(full_name: str, verbose: bool = False) -> pathlib.Path:
 
 
 def _write_kernel_file(full_name: str, src_name: str, text: str, verbose: bool) -> None:
-    """Put the kernel text in ``<build dir>/kernel/<src_name>``, rewriting it only when it
-    changed, so that its time stamp, and with it ninja's verdict, stays put."""
+    """Put the kernel text in ``<build dir>/kernel/<src_name>``, rewriting it only when
+    it changed, so that its time stamp, and with it ninja's verdict, stays put."""
     path = build_directory(full_name, verbose) / KERNEL_SUBDIR / src_name
     if not path.is_file() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -195,9 +214,10 @@ _package_modules = {}
 
 
 def package_module(name: str, filename: str, wrapper: str, functions, backend: str):
-    """The package's own extension for kernel file ``filename``, compiled once per process and
-    back end."""
+    """The package's own extension for kernel file ``filename``, compiled once per
+    process and back end."""
     key = (name, backend)
     if key not in _package_modules:
-        _package_modules[key] = compile(name, kernel_source(filename), wrapper, functions, backend=backend)
+        _package_modules[key] = compile(name, kernel_source(filename), wrapper,
+                                        functions, backend=backend)
     return _package_modules[key]

@@ -1,15 +1,17 @@
 """Build every extension of the package and of the notebooks with the CUDA back end, for
 each architecture the book targets, on a machine without a GPU.
 
-    python -m attnbook.toolchain.cuda_build_check [--arch sm_75 sm_80 sm_90] [--no-notebooks]
+    python -m attnbook.toolchain.cuda_build_check [--arch sm_75 sm_80 sm_90]
+                                                  [--no-notebooks]
 
-It needs a CUDA build of torch and the CUDA toolkit (``CUDA_HOME``), but no GPU: this is the
-check to run after touching a wrapper, ``attnbook_torch.h`` or the build. The notebooks'
-extensions are found by running each notebook with :func:`compile` replaced by a recorder
-(cells that use a recorded module then fail, which is expected and ignored), and every
-dict of ``load_inline`` arguments a notebook defines (a plain ``load_inline`` example, which
-a notebook without a GPU only shows) is built with ``load_inline`` itself. Prints the build
-time of each extension and exits non-zero if any build fails.
+It needs a CUDA build of torch and the CUDA toolkit (``CUDA_HOME``), but no GPU: this is
+the check to run after touching a wrapper, ``attnbook_torch.h`` or the build. The
+notebooks' extensions are found by running each notebook with :func:`compile` replaced
+by a recorder (cells that use a recorded module then fail, which is expected and
+ignored), and every dict of ``load_inline`` arguments a notebook defines
+(a plain ``load_inline`` example, which a notebook without a GPU only shows) is built
+with ``load_inline`` itself. Prints the build time of each extension and exits non-zero
+if any build fails.
 """
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ _RECORDER = r"""
 import json, attnbook as ab, attnbook.toolchain.compile as c
 def _record(name, cuda, wrapper, functions, **kw):
     with open({path!r}, "a") as f:
-        f.write(json.dumps([name, cuda, wrapper, list([functions] if isinstance(functions, str)
-                                                       else functions)]) + "\n")
+        f.write(json.dumps([name, cuda, wrapper,
+                            list([functions] if isinstance(functions, str)
+                                 else functions)]) + "\n")
     raise RuntimeError("recorded for the CUDA build check")
 ab.compile = ab.toolchain.compile = c.compile = _record
 """
@@ -61,7 +64,8 @@ def notebook_extensions(notebooks):
         record = pathlib.Path(tmp) / "calls.jsonl"
         for path in notebooks:
             nb = nbformat.read(path, as_version=4)
-            nb.cells.insert(0, nbformat.v4.new_code_cell(_RECORDER.format(path=str(record))))
+            nb.cells.insert(0, nbformat.v4.new_code_cell(
+                _RECORDER.format(path=str(record))))
             nb.cells.append(nbformat.v4.new_code_cell(_PLAIN.format(path=str(record))))
             NotebookClient(nb, timeout=600, allow_errors=True,
                            resources={"metadata": {"path": str(path.parent)}}).execute()
@@ -88,16 +92,17 @@ def build(call, arch) -> None:
 
 
 def _compiles_on_the_emulator(call) -> bool:
-    """A notebook's compile() call whose text the emulator rejects too is an example of a
-    compile error, shown on purpose (a notebook that fails by accident fails its tests)."""
+    """A notebook's compile() call whose text the emulator rejects too is an example of
+    a compile error, shown on purpose (a notebook that fails by accident fails its
+    tests)."""
     if call[0] == "load_inline":
         return True
     try:
         compile(*call, backend="emulator")
         return True
     except CompileError:
-        print(f"{call[0]}: skipped, it does not compile on the emulator either (an example "
-              "of a compile error)")
+        print(f"{call[0]}: skipped, it does not compile on the emulator either "
+              "(an example of a compile error)")
         return False
 
 
@@ -108,12 +113,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import torch
     if torch.version.cuda is None:
-        print("this torch is a CPU build: the check needs a CUDA build of torch (the README's "
-              "'Contributing' section says how to get one)")
+        print("this torch is a CPU build: the check needs a CUDA build of torch "
+              "(the README's 'Contributing' section says how to get one)")
         return 2
     extensions = package_extensions()
     if not args.no_notebooks:
-        extensions += [call for call in notebook_extensions(sorted(BOOK.glob("*.ipynb")))
+        extensions += [call
+                       for call in notebook_extensions(sorted(BOOK.glob("*.ipynb")))
                        if _compiles_on_the_emulator(call)]
     failures = 0
     for arch in args.arch:
@@ -126,8 +132,10 @@ def main(argv=None) -> int:
             except CompileError as e:
                 failures += 1
                 verdict = f"FAILED\n{e}"
-            print(f"{arch} {name}: {time.perf_counter() - start:.1f} s {verdict}", flush=True)
-    print(f"{len(extensions)} extensions × {len(args.arch)} architectures, {failures} failed")
+            print(f"{arch} {name}: {time.perf_counter() - start:.1f} s {verdict}",
+                  flush=True)
+    print(f"{len(extensions)} extensions × {len(args.arch)} architectures, "
+          f"{failures} failed")
     return 1 if failures else 0
 
 

@@ -1,17 +1,19 @@
 """Running CUDA kernel source on the CPU.
 
-The kernel text is compiled by the host C++ compiler against ``include/cuda_emulator.h``,
-which provides CUDA's built-ins and runs each block's threads as cooperative fibers. Two
-pieces of CUDA syntax are not C++; :func:`to_cpp` rewrites them without moving any line:
+The kernel text is compiled by the host C++ compiler against
+``include/cuda_emulator.h``, which provides CUDA's built-ins and runs each block's
+threads as cooperative fibers. Two pieces of CUDA syntax are not C++; :func:`to_cpp`
+rewrites them without moving any line:
 
-* ``kernel<<<grid, block, smem, stream>>>(args)`` becomes a call of the emulator's launcher;
-* ``extern __shared__ T name[];`` becomes a pointer to the emulator's dynamic shared memory,
-  and every static ``__shared__`` declaration inside a function is followed by a
+* ``kernel<<<grid, block, smem, stream>>>(args)`` becomes a call of the emulator's
+  launcher;
+* ``extern __shared__ T name[];`` becomes a pointer to the emulator's dynamic shared
+  memory, and every static ``__shared__`` declaration inside a function is followed by a
   reference to the (renamed) variable and a call that fills it with NaN once per block.
 
-Kernels shared between files live in ``.cuh`` headers; :func:`inline_headers` pastes those
-into the source first (with ``#line`` markers, so errors still name the header's own lines),
-so that their launches and shared memory are rewritten too.
+Kernels shared between files live in ``.cuh`` headers; :func:`inline_headers` pastes
+those into the source first (with ``#line`` markers, so errors still name the header's
+own lines), so that their launches and shared memory are rewritten too.
 
 :func:`thread_order` chooses the order in which the threads of a block run between two
 barriers (also settable with the environment variable ``ATTNBOOK_THREAD_ORDER``).
@@ -127,8 +129,8 @@ def guard_module(module, functions):
 
 
 def _blank(source: str, strings: bool) -> str:
-    """Replace comments (and, if ``strings``, the insides of literals) by spaces, keeping
-    every newline, so positions in the result are positions in ``source``."""
+    """Replace comments (and, if ``strings``, the insides of literals) by spaces,
+    keeping every newline, so positions in the result are positions in ``source``."""
     out = list(source)
     i, n = 0, len(source)
     while i < n:
@@ -160,8 +162,10 @@ def _keep_lines(old: str, new: str) -> str:
 
 
 _EXTERN_SHARED = re.compile(
-    r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+|alignas\s*\(\s*\d+\s*\)\s+)?"
-    r"([A-Za-z_][\w:<>, ]*?[\w>])\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?([A-Za-z_]\w*)\s*\[\s*\]\s*;")
+    r"extern\s+__shared__\s+"
+    r"(?:__align__\s*\(\s*\d+\s*\)\s+|alignas\s*\(\s*\d+\s*\)\s+)?"
+    r"([A-Za-z_][\w:<>, ]*?[\w>])\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?"
+    r"([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 _STATIC_SHARED = re.compile(r"(?<!\w)__shared__(?!\w)([^;]*);")
 
 
@@ -197,7 +201,8 @@ def _static_shared(code: str, masked: str) -> str:
     edits = []
     for m in _STATIC_SHARED.finditer(masked):
         if masked[:m.start()].count("{") - masked[:m.start()].count("}") <= 0:
-            continue      # namespace scope: no statement may follow, and no block to poison for
+            # namespace scope: no statement may follow, and no block to poison for
+            continue
         decl = code[m.start(1):m.end(1)]
         spans = _declared_spans(decl)
         names = [decl[a:b] for a, b in spans]
@@ -237,11 +242,13 @@ def _launches(code: str) -> str:
             return code
         close = masked.find(">>>", open_)
         if close < 0:
-            raise SyntaxError(f"line {masked[:open_].count(chr(10)) + 1}: '<<<' without '>>>'")
+            raise SyntaxError(f"line {masked[:open_].count(chr(10)) + 1}: "
+                              "'<<<' without '>>>'")
         start = _kernel_start(masked, open_)
         kernel = code[start:open_].strip()
         if not kernel:
-            raise SyntaxError(f"line {masked[:open_].count(chr(10)) + 1}: no kernel before '<<<'")
+            raise SyntaxError(f"line {masked[:open_].count(chr(10)) + 1}: "
+                              "no kernel before '<<<'")
         head = f'::attnbook_emu::launch_of({kernel}, "{kernel}").cfg('
         code = code[:start] + head + code[open_ + 3:close] + ")" + code[close + 3:]
 
@@ -250,8 +257,8 @@ _LOCAL_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([\w./-]+\.cuh)"[^\n]*$
 
 
 def inline_headers(source: str, name: str, folder, _seen=None) -> str:
-    """``source`` with every ``#include "x.cuh"`` found in ``folder`` replaced by the header's
-    text, recursively and once each (``#pragma once``)."""
+    """``source`` with every ``#include "x.cuh"`` found in ``folder`` replaced by the
+    header's text, recursively and once each (``#pragma once``)."""
     seen = set() if _seen is None else _seen
     out, last = [], 0
     for m in _LOCAL_HEADER.finditer(source):
@@ -263,17 +270,19 @@ def inline_headers(source: str, name: str, folder, _seen=None) -> str:
         if path.name in seen:
             continue
         seen.add(path.name)
-        text = re.sub(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*$", "", path.read_text(), flags=re.M)
+        text = re.sub(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*$", "", path.read_text(),
+                      flags=re.M)
         line = source.count("\n", 0, m.end()) + 2
-        out.append(f'#line 1 "{path.name}"\n{inline_headers(text, path.name, folder, seen)}\n'
+        out.append(f'#line 1 "{path.name}"\n'
+                   f'{inline_headers(text, path.name, folder, seen)}\n'
                    f'#line {line} "{name}"')
     out.append(source[last:])
     return "".join(out)
 
 
 def to_cpp(source: str) -> str:
-    """The kernel source as C++ for the emulator: same lines, CUDA-only syntax rewritten.
-    Comments are dropped (replaced by blanks)."""
+    """The kernel source as C++ for the emulator: same lines, CUDA-only syntax
+    rewritten. Comments are dropped (replaced by blanks)."""
     code = _blank(source, strings=False)
     code = _extern_shared(code)
     code = _static_shared(code, _blank(code, strings=True))

@@ -13,7 +13,8 @@ def has_gpu() -> bool:
 
 
 def describe_machine() -> str:
-    lines = [f"torch {torch.__version__}, Python {platform.python_version()}, {platform.machine()}"]
+    lines = [f"torch {torch.__version__}, Python {platform.python_version()}, "
+             f"{platform.machine()}"]
     if has_gpu():
         p = torch.cuda.get_device_properties(torch.cuda.current_device())
         lines.append(f"GPU: {p.name}, compute capability {p.major}.{p.minor}, "

@@ -1,5 +1,5 @@
-"""How many blocks of a kernel fit on one streaming multiprocessor, from its ptxas report:
-the rules of CUDA's occupancy calculator, per architecture.
+"""How many blocks of a kernel fit on one streaming multiprocessor, from its ptxas
+report: the rules of CUDA's occupancy calculator, per architecture.
 
 Three resources limit resident blocks, and the tightest wins:
 
@@ -26,18 +26,22 @@ ARCHITECTURES = {
 REGISTER_UNIT = 256     # registers are allocated per warp in units of this many
 
 
-def occupancy(registers: int, shared_bytes: int, threads: int, arch: str = "sm_80") -> dict:
-    """Resident blocks per SM of a kernel using ``registers`` per thread, ``shared_bytes``
-    of shared memory per block and ``threads`` per block: the limit each resource sets,
-    the binding one, and the resulting occupancy (resident warps / the SM's maximum)."""
+def occupancy(registers: int, shared_bytes: int, threads: int,
+              arch: str = "sm_80") -> dict:
+    """Resident blocks per SM of a kernel using ``registers`` per thread,
+    ``shared_bytes`` of shared memory per block and ``threads`` per block: the limit
+    each resource sets, the binding one, and the resulting occupancy
+    (resident warps / the SM's maximum)."""
     if arch not in ARCHITECTURES:
         raise ValueError(f"arch must be one of {list(ARCHITECTURES)}, got {arch!r}")
     if threads < 1 or registers < 1 or shared_bytes < 0:
-        raise ValueError("threads and registers must be positive, shared_bytes not negative")
+        raise ValueError("threads and registers must be positive, "
+                         "shared_bytes not negative")
     a = ARCHITECTURES[arch]
     warps = math.ceil(threads / 32)
     per_warp = math.ceil(registers * 32 / REGISTER_UNIT) * REGISTER_UNIT
-    shared = math.ceil((shared_bytes + a["reserved"]) / a["shared_unit"]) * a["shared_unit"]
+    shared = (math.ceil((shared_bytes + a["reserved"]) / a["shared_unit"])
+              * a["shared_unit"])
     limits = {
         "registers": (a["registers"] // per_warp) // warps,
         "shared memory": a["shared"] // shared if shared else a["blocks"],

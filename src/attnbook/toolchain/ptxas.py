@@ -1,5 +1,5 @@
-"""What ptxas says about a kernel: registers, spills, shared memory and stack per kernel,
-from an nvcc compile that needs no GPU."""
+"""What ptxas says about a kernel: registers, spills, shared memory and stack per
+kernel, from an nvcc compile that needs no GPU."""
 from __future__ import annotations
 
 import os
@@ -25,12 +25,14 @@ def find_nvcc() -> str | None:
 
 
 def ptxas_report(cuda: str, arch: str = "sm_80") -> dict:
-    """Compile ``cuda`` with nvcc for ``arch`` (compile only, no GPU needed; host code too, as
-    a real build does) and return what ptxas reports per kernel: ``{kernel: {"registers", "spill_stores", "spill_loads",
-    "shared_bytes", "stack_bytes"}}``. Raises CompileError if it does not compile."""
+    """Compile ``cuda`` with nvcc for ``arch`` (compile only, no GPU needed; host code
+    too, as a real build does) and return what ptxas reports per kernel:
+    ``{kernel: {"registers", "spill_stores", "spill_loads", "shared_bytes",
+    "stack_bytes"}}``. Raises CompileError if it does not compile."""
     nvcc = find_nvcc()
     if nvcc is None:
-        raise RuntimeError("ptxas_report needs nvcc (the CUDA toolkit), which this machine lacks")
+        raise RuntimeError("ptxas_report needs nvcc (the CUDA toolkit), which this "
+                           "machine lacks")
     with tempfile.TemporaryDirectory() as tmp:
         src = pathlib.Path(tmp) / _source_name(cuda)
         src.write_text(cuda)
@@ -38,10 +40,12 @@ def ptxas_report(cuda: str, arch: str = "sm_80") -> dict:
                f"-I{KERNEL_DIR}", "-o", os.devnull, str(src)]
         run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
-        raise CompileError(f"nvcc -arch={arch} failed:\n{_short_error(run.stderr + run.stdout)}")
+        raise CompileError(f"nvcc -arch={arch} failed:\n"
+                           f"{_short_error(run.stderr + run.stdout)}")
     report, current = {}, None
     for line in run.stderr.splitlines():
-        m = re.search(r"(?:Compiling entry function|Function properties for) '?(\w+)'?", line)
+        m = re.search(r"(?:Compiling entry function|Function properties for) '?(\w+)'?",
+                      line)
         if m:
             current = report.setdefault(_demangle(m.group(1)), {"shared_bytes": 0})
             continue
@@ -62,4 +66,5 @@ def _demangle(symbol: str) -> str:
     filt = shutil.which("c++filt")
     if not filt or not symbol.startswith("_Z"):
         return symbol
-    return subprocess.run([filt, symbol], capture_output=True, text=True).stdout.strip() or symbol
+    return (subprocess.run([filt, symbol], capture_output=True, text=True)
+            .stdout.strip() or symbol)
