@@ -1,5 +1,6 @@
-"""Every exercise: its skeleton compiles and is not yet right, its solution passes under the
-three thread orders, and a planted wrong answer is rejected with feedback that says where."""
+"""Every exercise: its skeleton compiles and is not yet right, its solution passes under
+the three thread orders, and a planted wrong answer is rejected with feedback that says
+where."""
 import pytest
 
 import attnbook as ab
@@ -24,9 +25,11 @@ def test_solution_passes_skeleton_and_planted_bug_do_not(name):
 
 
 def test_a_compile_error_is_reported_not_raised():
-    report = ab.exercises.grade("relu_grid_stride", "__global__ void relu(const float* x, "
+    report = ab.exercises.grade("relu_grid_stride",
+                                "__global__ void relu(const float* x, "
                                 "float* y, int n) { y[0] = z; }")
-    assert not report.passed and "does not compile" in str(report) and "z" in str(report)
+    text = str(report)
+    assert not report.passed and "does not compile" in text and "z" in text
 
 
 def test_unknown_exercise():
