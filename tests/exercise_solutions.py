@@ -183,6 +183,31 @@ __global__ void causal_tiles(float* range, int Sq, int Sk, int Br, int Bc) {
   range[t] = float((keys + Bc - 1) / Bc);
 }
 """,
+    "swizzled_offsets": r"""
+__global__ void swizzled_offsets(float* out, int rows) {
+  const int col = threadIdx.x, row = blockIdx.x * blockDim.y + threadIdx.y;
+  if (row >= rows) return;
+  const int chunk = (col / 8) ^ (row % 8);
+  out[row * 64 + col] = float(row * 64 + chunk * 8 + col % 8);
+}
+""",
+    "paged_slots": r"""
+__global__ void paged_slots(const int* block_table, const int* lengths, float* slot,
+                            int max_blocks, int bs, int max_len) {
+  const int p = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+  if (p >= max_len) return;
+  const int page = block_table[b * max_blocks + p / bs];
+  slot[b * max_len + p] = p < lengths[b] ? float(page * bs + p % bs) : -1.f;
+}
+""",
+    "recompute_p": r"""
+__global__ void recompute_p(const float* s, const float* lse, float* p, int n) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+  if (j >= n) return;
+  const float x = s[r * n + j], L = lse[r];
+  p[r * n + j] = x == -INFINITY || L == -INFINITY ? 0.f : expf(x - L);
+}
+""",
     "fragment_row_max": r"""
 __global__ void fragment_row_max(const float* x, float* out) {
   const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
@@ -241,6 +266,14 @@ PLANTED = {
                      "const float alpha = expf(m_new - m[r]);"), "R = 4"),
     "causal_tiles": ("causal aligned top-left",
                      ("last_row + Sk - Sq + 1", "last_row + 1"), "Sq = 10, Sk = 200"),
+    "swizzled_offsets": ("XOR with the row modulo 4",
+                         ("(col / 8) ^ (row % 8)", "(col / 8) ^ (row % 4)"),
+                         "rows = 8"),
+    "paged_slots": ("the page indexed by the position, not the page number",
+                    ("block_table[b * max_blocks + p / bs]",
+                     "block_table[b * max_blocks + p % bs]"), "lengths [5, 16, 0]"),
+    "recompute_p": ("no guard for masked scores or empty rows",
+                    ("x == -INFINITY || L == -INFINITY ? 0.f : ", ""), "R = 1"),
     "fragment_row_max": ("the second shuffle crosses into the next row group",
                          ("__shfl_xor_sync(0xffffffffu, m, 2)",
                           "__shfl_xor_sync(0xffffffffu, m, 4)"), "T = 1"),

@@ -1,4 +1,4 @@
-"""The exercises of chapters 2–9 and 11 (two for each of chapters 2–7): what the reader
+"""The exercises of chapters 2–9 and 11 (two in each chapter): what the reader
 writes, and how it is called and checked. Outputs start as NaN, so a value the kernel
 never writes shows as wrong."""
 from __future__ import annotations
@@ -700,10 +700,166 @@ at::Tensor causal_tiles_of(at::Tensor like, int64_t Sq, int64_t Sk, int64_t Br,
     rtol=0.0, atol=0.0,
 )
 
+
+def _swizzle_reference(like, rows):
+    r = torch.arange(rows).view(-1, 1)
+    c = torch.arange(64).view(1, -1)
+    return (r * 64 + ((c // 8) ^ (r % 8)) * 8 + c % 8).float().to(like.device)
+
+
+def _page_table(b, blocks, seed):
+    """A block table whose pages are a shuffled slice of a pool of 2·b·blocks pages."""
+    pool = torch.randperm(2 * b * blocks, generator=torch.Generator().manual_seed(seed))
+    return pool[: b * blocks].view(b, blocks).int()
+
+
+def _paged_reference(table, lengths, bs):
+    b, blocks = table.shape
+    p = torch.arange(blocks * bs, device=table.device)
+    slot = table.long()[:, p // bs] * bs + p % bs
+    return torch.where(p < lengths.long()[:, None], slot, -1).float()
+
+
+def _masked_scores(r, n, seed):
+    s = _randn(r, n, seed=seed) * 5
+    s[:, ::3] = float("-inf")                  # masked keys
+    s[0] = float("-inf")                       # a row with no admissible key
+    return [s, torch.logsumexp(s, -1)]
+
+
+# ---- second exercises of chapters 8, 9 and 11 ----------------------------------------
+SWIZZLE = Exercise(
+    chapter="08",
+    skeleton=r"""
+// Where element (row, col) of a [rows][64] tile of 16-bit values lives when its 16-byte
+// chunks are swizzled: chunk c = col / 8 of row r is stored at chunk c ^ (r % 8), the
+// element keeping its place (col % 8) inside the chunk. Write out[row][col], the
+// element offset from the start of the tile, for every row and column. One thread per
+// element: x over the 64 columns, y over the rows.
+__global__ void swizzled_offsets(float* out, int rows) {
+  const int col = threadIdx.x, row = blockIdx.x * blockDim.y + threadIdx.y;
+  if (row >= rows) return;
+  // TODO: out[row * 64 + col] = ...
+}
+""",
+    launcher=r"""
+void launch_swizzled_offsets(float* out, int rows, cudaStream_t stream) {
+  swizzled_offsets<<<(rows + 3) / 4, dim3(64, 4), 0, stream>>>(out, rows);
+}
+""",
+    wrapper=r"""
+void launch_swizzled_offsets(float*, int, cudaStream_t);
+at::Tensor swizzled_offsets_of(at::Tensor like, int64_t rows) {
+  at::Tensor out = like.new_full({rows, 64}, NAN);
+  launch_swizzled_offsets(out.data_ptr<float>(), int(rows), attnbook::stream());
+  attnbook::check_launch();
+  return out;
+}
+""",
+    function="swizzled_offsets_of",
+    cases=lambda: [(f"rows = {r}", [torch.empty(0), r]) for r in (1, 8, 70)],
+    reference=_swizzle_reference,
+    rtol=0.0, atol=0.0,
+)
+
+PAGED_SLOTS = Exercise(
+    chapter="09",
+    skeleton=r"""
+// A paged KV cache: position p of sequence b lives in page block_table[b][p / bs], at
+// row p % bs of that page; pages are bs rows each, numbered in one pool. Write
+// slot[b][p] = the row of the pool that holds position p of sequence b (page · bs + row
+// within the page), for p < lengths[b], and -1 past the length. One thread per
+// position: x over p, y over b.
+__global__ void paged_slots(const int* block_table, const int* lengths, float* slot,
+                            int max_blocks, int bs, int max_len) {
+  const int p = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+  if (p >= max_len) return;
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_paged_slots(const int* table, const int* lengths, float* slot, int B,
+                        int max_blocks, int bs, int max_len, cudaStream_t stream) {
+  paged_slots<<<dim3((max_len + 63) / 64, B), 64, 0, stream>>>(table, lengths, slot,
+                                                               max_blocks, bs, max_len);
+}
+""",
+    wrapper=r"""
+void launch_paged_slots(const int*, const int*, float*, int, int, int, int,
+                        cudaStream_t);
+at::Tensor paged_slots_of(at::Tensor table, at::Tensor lengths, int64_t bs) {
+  attnbook::check_tensor(table, "block_table", at::kInt);
+  attnbook::check_tensor(lengths, "lengths", at::kInt);
+  TORCH_CHECK(table.dim() == 2 && lengths.dim() == 1 &&
+                  lengths.size(0) == table.size(0),
+              "block_table must be [B, max_blocks] and lengths [B]");
+  const int64_t max_len = table.size(1) * bs;
+  at::Tensor slot = table.new_full({table.size(0), max_len}, NAN,
+                                   table.options().dtype(at::kFloat));
+  launch_paged_slots(table.data_ptr<int>(), lengths.data_ptr<int>(),
+                     slot.data_ptr<float>(), int(table.size(0)), int(table.size(1)),
+                     int(bs), int(max_len), attnbook::stream());
+  attnbook::check_launch();
+  return slot;
+}
+""",
+    function="paged_slots_of",
+    cases=lambda: [(f"B = {len(ls)}, pages of {bs}, lengths {ls}",
+                    [_page_table(len(ls), blocks, seed=bs),
+                     torch.tensor(ls, dtype=torch.int32), bs])
+                   for ls, blocks, bs in (([1], 1, 1), ([5, 16, 0], 4, 4),
+                                          ([33, 7], 3, 16))],
+    reference=_paged_reference,
+    rtol=0.0, atol=0.0,
+)
+
+RECOMPUTE_P = Exercise(
+    chapter="11",
+    skeleton=r"""
+// The backward recomputes the probabilities from the scores and the forward's
+// log-sum-exp: p[r][j] = exp(s[r][j] − lse[r]) for s [R, n] (masked scores are -inf)
+// and lse [R]. A masked score gives 0, and so does every score of a row with no
+// admissible key (lse = -inf), never NaN. One thread per score: x over j, y over r.
+__global__ void recompute_p(const float* s, const float* lse, float* p, int n) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+  if (j >= n) return;
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_recompute_p(const float* s, const float* lse, float* p, int R, int n,
+                        cudaStream_t stream) {
+  recompute_p<<<dim3((n + 63) / 64, R), 64, 0, stream>>>(s, lse, p, n);
+}
+""",
+    wrapper=r"""
+void launch_recompute_p(const float*, const float*, float*, int, int, cudaStream_t);
+at::Tensor recompute_p_of(at::Tensor s, at::Tensor lse) {
+  attnbook::check_tensor(s, "s", at::kFloat);
+  attnbook::check_tensor(lse, "lse", at::kFloat);
+  TORCH_CHECK(s.dim() == 2 && lse.dim() == 1 && lse.size(0) == s.size(0),
+              "s must be [R, n] and lse [R]");
+  at::Tensor p = s.new_full(s.sizes(), NAN);
+  launch_recompute_p(s.data_ptr<float>(), lse.data_ptr<float>(), p.data_ptr<float>(),
+                     int(s.size(0)), int(s.size(1)), attnbook::stream());
+  attnbook::check_launch();
+  return p;
+}
+""",
+    function="recompute_p_of",
+    cases=lambda: [(f"R = {r}, n = {n}", _masked_scores(r, n, seed=n))
+                   for r, n in ((1, 1), (4, 17), (30, 100))],
+    reference=lambda s, lse: torch.where(
+        torch.isneginf(lse)[:, None], 0.0,
+        torch.exp(s.double() - lse.double()[:, None])).float(),
+    rtol=1e-5, atol=1e-7,
+)
+
 EXERCISES = {"relu_grid_stride": RELU, "row_max": ROW_MAX, "transpose_tile": TRANSPOSE,
              "causal_window": WINDOW, "online_row": ONLINE_ROW,
              "row_logsumexp": ROW_LOGSUMEXP, "fragment_row_max": FRAGMENT_ROW_MAX,
              "combine_splits": COMBINE_SPLITS, "softmax_backward": SOFTMAX_BACKWARD,
              "qk_scores": QK_SCORES, "warp_sum": WARP_SUM, "tiled_matmul": TILED_MATMUL,
              "key_padding": PADDING_MASK, "tile_update": TILE_UPDATE,
-             "causal_tiles": TILE_RANGE}
+             "causal_tiles": TILE_RANGE, "swizzled_offsets": SWIZZLE,
+             "paged_slots": PAGED_SLOTS, "recompute_p": RECOMPUTE_P}
