@@ -7,7 +7,7 @@ One import gives a chapter everything it uses::
 The subpackages name the layers, each using only those listed before it:
 ``toolchain`` (kernel text to a Python callable), ``kernels`` (the CUDA sources),
 ``reference`` (exact PyTorch), ``ops`` (the registered torch ops), ``bench``,
-``figures``, ``models`` (a small model trained with the kernels).
+``figures``, ``models`` (small models on the kernels, Hugging Face integration).
 """
 from . import bench, exercises, figures, models, ops, reference, toolchain
 from .bench import peak_memory

@@ -7,7 +7,7 @@ import pathlib
 import torch
 import torch.nn.functional as F
 
-__all__ = ["CharTransformer", "corpus", "train"]
+__all__ = ["CharTransformer", "corpus", "encode", "fit", "train"]
 
 
 def corpus() -> str:
@@ -47,15 +47,20 @@ class CharTransformer(torch.nn.Module):
         return self.head(self.norm(x))
 
 
-def train(attend, steps=200, batch=16, context=32, seed=0, lr=3e-3, text=None,
-          device="cpu"):
-    """Train a CharTransformer with ``attend`` from seed ``seed`` on the corpus
-    (the same batches for every ``attend``); returns the loss of every step."""
-    text = corpus() if text is None else text
+def encode(text: str):
+    """The characters of ``text`` as token ids (a LongTensor) and the sorted
+    vocabulary."""
     chars = sorted(set(text))
-    data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
-    torch.manual_seed(seed)
-    model = CharTransformer(len(chars), attend, context=context).to(device)
+    index = {c: i for i, c in enumerate(chars)}
+    return torch.tensor([index[c] for c in text], dtype=torch.long), chars
+
+
+def fit(model, data, steps=200, batch=16, context=32, seed=0, lr=3e-3, forward=None):
+    """Train ``model`` to predict the next token of random windows of ``data`` (the
+    same windows for a given seed); ``forward(x)`` gives the logits (default:
+    ``model(x)``). Returns the loss of every step."""
+    forward = model if forward is None else forward
+    device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     g = torch.Generator().manual_seed(seed)
     losses = []
@@ -63,9 +68,19 @@ def train(attend, steps=200, batch=16, context=32, seed=0, lr=3e-3, text=None,
         start = torch.randint(0, len(data) - context - 1, (batch,), generator=g)
         x = torch.stack([data[i:i + context] for i in start]).to(device)
         y = torch.stack([data[i + 1:i + context + 1] for i in start]).to(device)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        loss = F.cross_entropy(forward(x).flatten(0, 1), y.flatten())
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
     return losses
+
+
+def train(attend, steps=200, batch=16, context=32, seed=0, lr=3e-3, text=None,
+          device="cpu"):
+    """Train a CharTransformer with ``attend`` from seed ``seed`` on the corpus
+    (the same batches for every ``attend``); returns the loss of every step."""
+    data, chars = encode(corpus() if text is None else text)
+    torch.manual_seed(seed)
+    model = CharTransformer(len(chars), attend, context=context).to(device)
+    return fit(model, data, steps, batch, context, seed, lr)

@@ -1,0 +1,61 @@
+"""Chapter 10's figures: the two phases of generation on a timeline, and what the KV
+cache costs per token."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+__all__ = ["MODELS", "kv_bytes_per_token", "plot_kv_per_token", "plot_timeline"]
+
+# (layers, kv heads, head_dim) from the models' published configurations.
+MODELS = {
+    "GPT-2 small": (12, 12, 64),
+    "Llama-2 7B": (32, 32, 128),
+    "Mistral 7B (8 kv heads)": (32, 8, 128),
+}
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int,
+                       itemsize: int = 2) -> int:
+    """A key and a value vector per kv head per layer."""
+    return 2 * layers * kv_heads * head_dim * itemsize
+
+
+def plot_kv_per_token(models=MODELS, context=4096, ax=None):
+    """KiB of float16 KV cache per token, and MiB for one sequence of ``context``
+    tokens."""
+    ax = ax or plt.subplots(figsize=(7, 2.6))[1]
+    names = list(models)
+    kib = [kv_bytes_per_token(*models[n]) / 1024 for n in names]
+    bars = ax.barh(names, kib, color="tab:blue")
+    for bar, k in zip(bars, kib):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                f" {k:.0f} KiB/token · {k * context / 1024:.0f} MiB at {context} tokens",
+                va="center", fontsize=9)
+    ax.set_xlim(0, max(kib) * 2.2)
+    ax.invert_yaxis()
+    ax.set_xlabel("KV cache per token, float16 (KiB)")
+    return ax
+
+
+def plot_timeline(prefill_ms: float, decode_ms: list, ax=None, label=""):
+    """One request on a time axis: the prefill, then one bar per decode step, as
+    measured; TTFT and the mean TBT written on it."""
+    ax = ax or plt.subplots(figsize=(9, 1.8))[1]
+    ax.broken_barh([(0, prefill_ms)], (0, 1), color="tab:orange")
+    t, steps = prefill_ms, []
+    for ms in decode_ms:
+        steps.append((t, ms))
+        t += ms
+    ax.broken_barh(steps, (0, 1), facecolors=["tab:blue", "tab:cyan"] * len(steps),
+                   edgecolor="white", linewidth=0.5)
+    tbt = sum(decode_ms) / max(1, len(decode_ms))
+    ax.text(prefill_ms / 2, 1.15, f"prefill · TTFT {prefill_ms:.3g} ms", ha="center",
+            fontsize=9)
+    ax.text(prefill_ms + (t - prefill_ms) / 2, 1.15,
+            f"{len(decode_ms)} decode steps · TBT {tbt:.3g} ms", ha="center",
+            fontsize=9)
+    ax.set_ylim(0, 1.6)
+    ax.set_yticks([])
+    ax.set_xlim(0, t * 1.02)
+    ax.set_xlabel("time (ms)" + (f" — {label}" if label else ""))
+    return ax

@@ -1,0 +1,70 @@
+"""The book's kernels as an attention implementation of Hugging Face transformers.
+
+After :func:`register_hf`, any model of transformers 5.x that uses its
+``AttentionInterface`` (GPT-2, Llama, Qwen, …) runs on the book's kernels with
+``attn_implementation="attnbook"``, with its own cache::
+
+    ab.models.register_hf()
+    model = AutoModelForCausalLM.from_pretrained("gpt2", attn_implementation="attnbook")
+
+The model hands the attention function q [B, H, Sq, D] and the whole cached k, v
+[B, Hkv, Sk, D] (its cache has already appended the new tokens), plus the mask that
+transformers builds for SDPA: None when plain causal attention (or a single query
+seeing every key) is meant, else a boolean [B, 1, Sq, Sk] mask, True = attend. Routing:
+
+- a single query per sequence with no mask (decoding): the decode kernel of chapter 9,
+  the model's cache read as a contiguous KV cache of Sk positions;
+- anything else (the prompt, or any step of a left-padded batch): the fused kernel of
+  chapters 7 and 8, causal or with the mask. A query row with no key to attend (a
+  padding position) gives zeros, where SDPA may give NaN.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..ops.attention import attention
+from ..ops.decode import DECODE_HEAD_DIMS, attention_with_kvcache
+
+__all__ = ["register_hf", "hf_attention", "NAME"]
+
+NAME = "attnbook"
+
+
+def hf_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                 is_causal=None, **kwargs):
+    """transformers' attention-function signature; returns ([B, Sq, H, D], None)."""
+    if dropout:
+        raise NotImplementedError("the book's kernels compute attention without "
+                                  "dropout: call model.eval()")
+    if kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None:
+        raise NotImplementedError("attnbook takes no position bias or softcap")
+    sq, sk = query.shape[2], key.shape[2]
+    is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    grad = torch.is_grad_enabled() and any(t.requires_grad
+                                           for t in (query, key, value))
+    if attention_mask is None and sq == 1 and query.shape[-1] in DECODE_HEAD_DIMS \
+            and not grad:
+        cache_len = torch.full((query.shape[0],), sk, dtype=torch.int32,
+                               device=query.device)
+        o = attention_with_kvcache(query, key, value, cache_seqlens=cache_len,
+                                   scale=scaling)
+    elif attention_mask is None:
+        causal = is_causal and sq > 1
+        if causal and sk > sq:
+            # transformers drops the mask only for a prompt in an empty static cache:
+            # the positions past the prompt hold nothing yet (as its SDPA path does)
+            key, value = key[:, :, :sq], value[:, :, :sq]
+        o = attention(query, key, value, is_causal=causal, scale=scaling)
+    else:
+        o = attention(query, key, value, attn_mask=attention_mask, scale=scaling)
+    return o.transpose(1, 2).contiguous(), None
+
+
+def register_hf() -> str:
+    """Register :func:`hf_attention` with transformers (and SDPA's mask builder for
+    it) as ``attn_implementation="attnbook"``; returns that name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    AttentionInterface.register(NAME, hf_attention)
+    AttentionMaskInterface.register(NAME, sdpa_mask)
+    return NAME

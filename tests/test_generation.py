@@ -1,0 +1,231 @@
+"""Chapter 10: generation with the book's kernels, token for token against PyTorch.
+
+The reference for every generation is the same model run one sequence at a time,
+without a cache and without padding, through PyTorch's SDPA; the weights are drawn
+wide enough that greedy decoding does not collapse onto one token."""
+import math
+from unittest import mock
+
+import pytest
+import torch
+
+import attnbook as ab
+from attnbook.models import Decoder, DecoderConfig, masked_attention
+from attnbook.models import decoder as decoder_module
+from attnbook.reference import attention_reference
+
+PROMPTS = [[5, 17, 3, 42, 8, 1, 77], [9], [30, 31, 32, 33]]
+
+
+def model_of(seed=0, **cfg):
+    torch.manual_seed(seed)
+    model = Decoder(DecoderConfig(**cfg)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.4)
+    return model
+
+
+def reference_tokens(model, prompts, n):
+    return torch.stack([model.generate([p], n, attention_impl="sdpa", cache=None)[0]
+                        for p in prompts])
+
+
+@pytest.mark.parametrize("cfg", [dict(), dict(dim=128, heads=4, kv_heads=1),
+                                 dict(dim=96, heads=3, kv_heads=3, layers=3)],
+                         ids=["mha", "gqa", "d32x3"])
+@pytest.mark.parametrize("cache", ["contiguous", "paged", None])
+def test_generation_matches_sdpa_token_for_token(cfg, cache):
+    model = model_of(**cfg)
+    want = reference_tokens(model, PROMPTS, 12)
+    assert len(set(want.flatten().tolist())) > 3   # the check is not vacuous
+    got = model.generate(PROMPTS, 12, cache=cache)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_cached_baselines_match_the_uncached_reference(impl):
+    model = model_of(1)
+    assert torch.equal(model.generate(PROMPTS, 10, attention_impl=impl),
+                       reference_tokens(model, PROMPTS, 10))
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 16])
+def test_paged_generation_with_pages_smaller_than_a_prompt(block_size):
+    model = model_of(2)
+    got = model.generate(PROMPTS, 9, cache="paged", block_size=block_size)
+    assert torch.equal(got, reference_tokens(model, PROMPTS, 9))
+
+
+def test_prefill_and_decode_run_the_book_kernels():
+    model = model_of(3)
+    with mock.patch.object(decoder_module, "attention",
+                           wraps=decoder_module.attention) as prefill, \
+         mock.patch.object(decoder_module, "attention_with_kvcache",
+                           wraps=decoder_module.attention_with_kvcache) as decode, \
+         mock.patch.object(decoder_module, "kv_cache_append",
+                           wraps=decoder_module.kv_cache_append) as append:
+        model.generate(PROMPTS, 5)
+    layers = model.cfg.layers
+    assert prefill.call_count == layers and append.call_count == layers
+    assert decode.call_count == 4 * layers   # the first token comes from the prefill
+    assert all(c.kwargs["key_lengths"].tolist() == [7, 1, 4]
+               for c in prefill.call_args_list)
+
+
+def test_decode_reads_no_cache_slot_past_a_sequence():
+    """The caches start as NaN: a kernel that read an unwritten slot (past a short
+    prompt, or in an unused page) would turn the logits into NaN."""
+    model = model_of(4)
+    cache = decoder_module._Cache(model.cfg, 3, 20, "paged", torch.float32, "cpu",
+                                  block_size=4)
+    tokens = torch.zeros(3, 7, dtype=torch.long)
+    for b, p in enumerate(PROMPTS):
+        tokens[b, :len(p)] = torch.tensor(p)
+    logits = model.prefill(tokens, torch.tensor([7, 1, 4], dtype=torch.int32), cache)
+    for _ in range(5):
+        logits = model.decode_step(logits.argmax(-1), cache)
+        assert torch.isfinite(logits).all()
+    assert cache.kv[0][0].isnan().any()   # unwritten slots remain
+    assert cache.lengths.tolist() == [12, 6, 9]
+
+
+@pytest.mark.parametrize("strides", [(2, 1), (3, 3), (1, 5)])
+def test_strided_model_matches_plain_pytorch_strided_attention(strides):
+    model = model_of(5, strides=strides)
+    tokens = torch.randint(0, 96, (2, 23))
+    lengths = torch.tensor([23, 11], dtype=torch.int32)
+    got = model(tokens, lengths)
+    want = model(tokens, lengths, attention_impl="sdpa")
+    assert torch.allclose(got[0], want[0], atol=1e-4, rtol=1e-4)
+    assert torch.allclose(got[1, :11], want[1, :11], atol=1e-4, rtol=1e-4)
+    assert torch.equal(model.generate(PROMPTS, 8), reference_tokens(model, PROMPTS, 8))
+
+
+def test_strided_layers_use_the_kernel_that_skips_masked_keys():
+    model = model_of(6, strides=(4, 1))
+    with mock.patch.object(decoder_module, "attention",
+                           wraps=decoder_module.attention) as attend:
+        model(torch.randint(0, 96, (1, 16)))
+    impls = [(c.kwargs.get("stride"), c.kwargs.get("impl")) for c in
+             attend.call_args_list]
+    assert impls == [(4, "tiled"), (None, None)]
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3])
+@pytest.mark.parametrize("sq,sk", [(9, 9), (1, 13), (4, 10)])
+def test_masked_attention_is_the_books_mask(stride, sq, sk):
+    g = torch.Generator().manual_seed(stride * sq)
+    q = torch.randn(2, 4, sq, 16, generator=g)
+    k, v = (torch.randn(2, 2, sk, 16, generator=g) for _ in range(2))
+    lengths = torch.tensor([sk, sk - 3])
+    want = attention_reference(q, *(t.repeat_interleave(2, 1) for t in (k, v)),
+                               causal=True, stride=stride if stride > 1 else None,
+                               key_lengths=lengths, float64=True)
+    for eager in (False, True):
+        got = masked_attention(q, k, v, lengths, stride, eager=eager)
+        assert torch.allclose(got, want.float(), atol=1e-5)
+
+
+def test_generation_rejects_bad_requests():
+    model = model_of()
+    with pytest.raises(ValueError, match="exceed the model's 128 positions"):
+        model.generate([[1] * 120], 9)
+    with pytest.raises(ValueError, match="non-empty"):
+        model.generate([[1], []], 2)
+    with pytest.raises(ValueError, match="paged cache is read by the book's kernels"):
+        model.generate(PROMPTS, 2, attention_impl="sdpa", cache="paged")
+    with pytest.raises(ValueError, match="attention_impl"):
+        model.generate(PROMPTS, 2, attention_impl="flash")
+    with pytest.raises(ValueError, match="one entry per layer"):
+        DecoderConfig(strides=(2,))
+
+
+def test_decoder_trains_with_sdpa_and_generates_with_the_kernels():
+    data, chars = ab.models.encode("abcabcabd" * 40)
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(vocab=len(chars), max_len=32))
+    losses = ab.models.fit(model, data, steps=60, context=16,
+                           forward=lambda x: model(x, attention_impl="sdpa"))
+    assert losses[-1] < 0.5 * losses[0]
+    model.eval()
+    prompt = data[:5].tolist()
+    assert torch.equal(model.generate([prompt], 8),
+                       reference_tokens(model, [prompt], 8))
+
+
+# -- Hugging Face transformers ----------------------------------------------------------
+transformers = pytest.importorskip("transformers")
+
+
+def gpt2(seed=0, layers=2):
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(vocab_size=97, n_positions=64, n_embd=64,
+                                  n_layer=layers, n_head=2, initializer_range=0.3,
+                                  bos_token_id=0, eos_token_id=96)
+    return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+def hf_generate(model, impl, ids, mask, n=10):
+    model.set_attn_implementation(impl)
+    return model.generate(ids, attention_mask=mask, max_new_tokens=n,
+                          min_new_tokens=n, do_sample=False, pad_token_id=0)
+
+
+def test_registration_round_trip():
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    assert ab.models.register_hf() == "attnbook"
+    assert AttentionInterface()["attnbook"] is ab.models.hf_attention
+    assert "attnbook" in AttentionMaskInterface()
+    cfg = gpt2().config
+    model = transformers.GPT2LMHeadModel._from_config(cfg,
+                                                       attn_implementation="attnbook")
+    assert model.config._attn_implementation == "attnbook"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_hf_gpt2_greedy_matches_sdpa_with_left_padding(seed):
+    ab.models.register_hf()
+    model = gpt2(seed)
+    ids = torch.tensor([[0, 0, 0, 5, 9, 12], [1, 2, 3, 4, 5, 6], [0, 7, 7, 8, 2, 4]])
+    mask = (torch.arange(6) >= torch.tensor([[3], [0], [1]])).long()
+    want = hf_generate(model, "sdpa", ids, mask)
+    assert len(set(want[:, 6:].flatten().tolist())) > 3
+    assert torch.equal(hf_generate(model, "attnbook", ids, mask), want)
+
+
+def test_hf_routes_prompt_to_the_fused_kernel_and_steps_to_the_decode_kernel():
+    from attnbook.models import hf
+    ab.models.register_hf()
+    model = gpt2(2)
+    ids = torch.tensor([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
+    with mock.patch.object(hf, "attention", wraps=hf.attention) as fused, \
+         mock.patch.object(hf, "attention_with_kvcache",
+                           wraps=hf.attention_with_kvcache) as decode:
+        got = hf_generate(model, "attnbook", ids, torch.ones_like(ids), n=6)
+    assert fused.call_count == 2 and decode.call_count == 5 * 2
+    assert all(c.kwargs["is_causal"] for c in fused.call_args_list)
+    assert torch.equal(got, hf_generate(model, "sdpa", ids, torch.ones_like(ids), 6))
+
+
+def test_hf_padding_rows_give_zeros_not_nan():
+    q = torch.randn(2, 2, 4, 32)
+    k, v = torch.randn(2, 2, 4, 32), torch.randn(2, 2, 4, 32)
+    mask = torch.ones(2, 1, 4, 4, dtype=torch.bool).tril()
+    mask[0, :, :, :2] = False   # sequence 0 is left-padded by two tokens
+    module = torch.nn.Module()
+    out, weights = ab.models.hf_attention(module, q, k, v, mask, scaling=0.25)
+    assert weights is None and out.shape == (2, 4, 2, 32)
+    assert torch.equal(out[0, :2], torch.zeros(2, 2, 32))   # rows with no key
+    want = attention_reference(q, k, v, attn_mask=mask, scale=0.25,
+                               float64=True).transpose(1, 2)
+    assert torch.allclose(out[:, 2:].double(), want[:, 2:], atol=1e-5)
+    assert not math.isnan(out.sum().item())
+
+
+def test_hf_refuses_dropout():
+    with pytest.raises(NotImplementedError, match="eval"):
+        ab.models.hf_attention(torch.nn.Module(), *(torch.randn(1, 1, 2, 32),) * 3,
+                               None, dropout=0.1)
