@@ -222,6 +222,42 @@ __global__ void fragment_row_max(const float* x, float* out) {
   }
 }
 """,
+    "greedy_argmax": r"""
+__global__ void greedy_argmax(const float* logits, float* out, int V) {
+  __shared__ float best[128];
+  __shared__ int where[128];
+  const int b = blockIdx.x, t = threadIdx.x;
+  float m = -INFINITY;
+  int at = V;   // no column yet: loses every comparison below
+  for (int j = t; j < V; j += 128) {
+    const float x = logits[(size_t)b * V + j];
+    if (x > m) { m = x; at = j; }   // strict: a thread keeps its first maximum
+  }
+  best[t] = m;
+  where[t] = at;
+  __syncthreads();
+  for (int half = 64; half > 0; half /= 2) {
+    if (t < half) {
+      const float o = best[t + half];
+      const int oj = where[t + half];
+      if (o > best[t] || (o == best[t] && oj < where[t])) {
+        best[t] = o;
+        where[t] = oj;
+      }
+    }
+    __syncthreads();
+  }
+  if (t == 0) out[b] = float(where[0]);
+}
+""",
+    "decode_embed": r"""
+__global__ void decode_embed(const int* tokens, const int* positions, const float* E,
+                             const float* P, float* x, int D) {
+  const int d = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+  if (d >= D) return;
+  x[(size_t)b * D + d] = E[(size_t)tokens[b] * D + d] + P[(size_t)positions[b] * D + d];
+}
+""",
 }
 
 # (what is wrong, the text change that plants it, what the report must say)
@@ -277,4 +313,9 @@ PLANTED = {
     "fragment_row_max": ("the second shuffle crosses into the next row group",
                          ("__shfl_xor_sync(0xffffffffu, m, 2)",
                           "__shfl_xor_sync(0xffffffffu, m, 4)"), "T = 1"),
+    "greedy_argmax": ("ties across threads keep the lower thread, not the lower column",
+                      (" || (o == best[t] && oj < where[t])", ""), "B = 3, V = 97"),
+    "decode_embed": ("every sequence at position b",
+                     ("P[(size_t)positions[b] * D + d]", "P[(size_t)b * D + d]"),
+                     "positions [12, 0, 39]"),
 }

@@ -155,7 +155,7 @@ def test_decoder_trains_with_sdpa_and_generates_with_the_kernels():
                        reference_tokens(model, [prompt], 8))
 
 
-# -- Hugging Face transformers ----------------------------------------------------------
+# -- Hugging Face transformers ---------------------------------------------------------
 transformers = pytest.importorskip("transformers")
 
 

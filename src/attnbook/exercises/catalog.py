@@ -1,4 +1,4 @@
-"""The exercises of chapters 2–9 and 11 (two in each chapter): what the reader
+"""The exercises of chapters 2–11 (two in each chapter): what the reader
 writes, and how it is called and checked. Outputs start as NaN, so a value the kernel
 never writes shows as wrong."""
 from __future__ import annotations
@@ -855,6 +855,108 @@ at::Tensor recompute_p_of(at::Tensor s, at::Tensor lse) {
     rtol=1e-5, atol=1e-7,
 )
 
+# ---- chapter 10: what a decode step does outside attention --------------------------
+def _tied_logits(B, V, seed):
+    """Logits with the row maximum repeated at several columns that fall to different
+    threads, the lowest of them in a higher-numbered thread."""
+    x = _randn(B, V, seed=seed)
+    for b in range(B):
+        cols = [c for c in (5 + b, 130 + b, V - 1) if c < V]
+        x[b, cols] = x[b].max() + 1.0
+    return x
+
+
+GREEDY_ARGMAX = Exercise(
+    chapter="10",
+    skeleton=r"""
+// Greedy decoding takes, in each row b of logits [B, V], the column of the largest
+// value; on a tie the smallest such column (as torch.argmax). One block of 128 threads
+// per row: thread t scans columns t, t + 128, …, then the block combines the 128
+// candidates in shared memory. Write the column as a float.
+__global__ void greedy_argmax(const float* logits, float* out, int V) {
+  __shared__ float best[128];
+  __shared__ int where[128];
+  const int b = blockIdx.x, t = threadIdx.x;
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_greedy_argmax(const float* logits, float* out, int B, int V,
+                          cudaStream_t stream) {
+  greedy_argmax<<<B, 128, 0, stream>>>(logits, out, V);
+}
+""",
+    wrapper=r"""
+void launch_greedy_argmax(const float*, float*, int, int, cudaStream_t);
+at::Tensor greedy_argmax_of(at::Tensor logits) {
+  attnbook::check_tensor(logits, "logits", at::kFloat);
+  TORCH_CHECK(logits.dim() == 2 && logits.size(1) > 0, "logits must be [B, V]");
+  at::Tensor out = logits.new_full({logits.size(0)}, NAN);
+  launch_greedy_argmax(logits.data_ptr<float>(), out.data_ptr<float>(),
+                       int(logits.size(0)), int(logits.size(1)), attnbook::stream());
+  attnbook::check_launch();
+  return out;
+}
+""",
+    function="greedy_argmax_of",
+    cases=lambda: [(f"B = {b}, V = {v}", [_tied_logits(b, v, seed=v)])
+                   for b, v in ((1, 1), (3, 97), (2, 300), (4, 5000))],
+    reference=lambda x: x.argmax(-1).float(),
+    rtol=0.0, atol=0.0,
+)
+
+DECODE_EMBED = Exercise(
+    chapter="10",
+    skeleton=r"""
+// The input of a decode step: sequence b's new token tokens[b] sits at position
+// positions[b] (each sequence has its own length). x[b][d] = E[tokens[b]][d] +
+// P[positions[b]][d], with E [vocab, D] the token embedding and P [max_len, D] the
+// position embedding. One thread per element: x over d, y over b.
+__global__ void decode_embed(const int* tokens, const int* positions, const float* E,
+                             const float* P, float* x, int D) {
+  const int d = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+  if (d >= D) return;
+  // TODO
+}
+""",
+    launcher=r"""
+void launch_decode_embed(const int* tokens, const int* positions, const float* E,
+                         const float* P, float* x, int B, int D, cudaStream_t stream) {
+  decode_embed<<<dim3((D + 63) / 64, B), 64, 0, stream>>>(tokens, positions, E, P, x,
+                                                          D);
+}
+""",
+    wrapper=r"""
+void launch_decode_embed(const int*, const int*, const float*, const float*, float*,
+                         int, int, cudaStream_t);
+at::Tensor decode_embed_of(at::Tensor tokens, at::Tensor positions, at::Tensor E,
+                           at::Tensor P) {
+  attnbook::check_tensor(tokens, "tokens", at::kInt);
+  attnbook::check_tensor(positions, "positions", at::kInt);
+  attnbook::check_tensor(E, "E", at::kFloat);
+  attnbook::check_tensor(P, "P", at::kFloat);
+  TORCH_CHECK(tokens.dim() == 1 && positions.sizes() == tokens.sizes() &&
+                  E.dim() == 2 && P.dim() == 2 && E.size(1) == P.size(1),
+              "tokens, positions must be [B]; E [vocab, D], P [max_len, D]");
+  at::Tensor x = E.new_full({tokens.size(0), E.size(1)}, NAN);
+  launch_decode_embed(tokens.data_ptr<int>(), positions.data_ptr<int>(),
+                      E.data_ptr<float>(), P.data_ptr<float>(), x.data_ptr<float>(),
+                      int(tokens.size(0)), int(E.size(1)), attnbook::stream());
+  attnbook::check_launch();
+  return x;
+}
+""",
+    function="decode_embed_of",
+    cases=lambda: [(f"B = {len(pos)}, D = {d}, positions {pos}",
+                    [torch.tensor(tok, dtype=torch.int32),
+                     torch.tensor(pos, dtype=torch.int32),
+                     _randn(50, d, seed=d), _randn(40, d, seed=d + 1)])
+                   for tok, pos, d in (([7], [0], 1), ([3, 3, 49], [12, 0, 39], 70),
+                                       ([0, 1], [5, 2], 128))],
+    reference=lambda tok, pos, E, P: E[tok.long()] + P[pos.long()],
+    rtol=0.0, atol=0.0,
+)
+
 EXERCISES = {"relu_grid_stride": RELU, "row_max": ROW_MAX, "transpose_tile": TRANSPOSE,
              "causal_window": WINDOW, "online_row": ONLINE_ROW,
              "row_logsumexp": ROW_LOGSUMEXP, "fragment_row_max": FRAGMENT_ROW_MAX,
@@ -862,4 +964,5 @@ EXERCISES = {"relu_grid_stride": RELU, "row_max": ROW_MAX, "transpose_tile": TRA
              "qk_scores": QK_SCORES, "warp_sum": WARP_SUM, "tiled_matmul": TILED_MATMUL,
              "key_padding": PADDING_MASK, "tile_update": TILE_UPDATE,
              "causal_tiles": TILE_RANGE, "swizzled_offsets": SWIZZLE,
-             "paged_slots": PAGED_SLOTS, "recompute_p": RECOMPUTE_P}
+             "paged_slots": PAGED_SLOTS, "recompute_p": RECOMPUTE_P,
+             "greedy_argmax": GREEDY_ARGMAX, "decode_embed": DECODE_EMBED}

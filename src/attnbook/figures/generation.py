@@ -29,7 +29,7 @@ def plot_kv_per_token(models=MODELS, context=4096, ax=None):
     bars = ax.barh(names, kib, color="tab:blue")
     for bar, k in zip(bars, kib):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
-                f" {k:.0f} KiB/token · {k * context / 1024:.0f} MiB at {context} tokens",
+                f" {k:.0f} KiB/token, {k * context / 1024:.0f} MiB at {context} tokens",
                 va="center", fontsize=9)
     ax.set_xlim(0, max(kib) * 2.2)
     ax.invert_yaxis()
@@ -49,10 +49,9 @@ def plot_timeline(prefill_ms: float, decode_ms: list, ax=None, label=""):
     ax.broken_barh(steps, (0, 1), facecolors=["tab:blue", "tab:cyan"] * len(steps),
                    edgecolor="white", linewidth=0.5)
     tbt = sum(decode_ms) / max(1, len(decode_ms))
-    ax.text(prefill_ms / 2, 1.15, f"prefill · TTFT {prefill_ms:.3g} ms", ha="center",
-            fontsize=9)
+    ax.text(0, 1.15, f"prefill: TTFT {prefill_ms:.3g} ms", ha="left", fontsize=9)
     ax.text(prefill_ms + (t - prefill_ms) / 2, 1.15,
-            f"{len(decode_ms)} decode steps · TBT {tbt:.3g} ms", ha="center",
+            f"{len(decode_ms)} decode steps: TBT {tbt:.3g} ms", ha="center",
             fontsize=9)
     ax.set_ylim(0, 1.6)
     ax.set_yticks([])

@@ -104,7 +104,8 @@ class _Cache:
                          for _ in range(2)) for i in range(cfg.layers)]
 
     def reserve(self, n: int):
-        """Pages for n more positions of every sequence (a contiguous cache has them)."""
+        """Pages for n more positions of every sequence (a contiguous cache has
+        them)."""
         if self.pages is not None:
             for seq in range(len(self.pages.lengths)):
                 self.pages.reserve(seq, n)
@@ -147,8 +148,8 @@ class Decoder(torch.nn.Module):
         cfg, (b, s) = self.cfg, tokens.shape
         x = self.embed(tokens) + self.pos(positions)
         for layer, blk in enumerate(self.blocks):
-            qkv = blk["qkv"](blk["norm1"](x)).view(b, s, -1, cfg.head_dim).transpose(1, 2)
-            q, k, v = qkv.split([cfg.heads, cfg.kv_heads, cfg.kv_heads], dim=1)
+            qkv = blk["qkv"](blk["norm1"](x)).view(b, s, -1, cfg.head_dim)
+            q, k, v = qkv.transpose(1, 2).split([cfg.heads, cfg.kv_heads, cfg.kv_heads], dim=1)
             a = attend(layer, q, k, v)
             x = x + blk["out"](a.transpose(1, 2).reshape(b, s, -1))
             x = x + blk["mlp"](blk["norm2"](x))
@@ -215,7 +216,7 @@ class Decoder(torch.nn.Module):
                 raise NotImplementedError("strided layers and the SDPA baselines "
                                           "decode from a contiguous cache")
             n = int(lengths.max()) + 1
-            if attention_impl == "attnbook":   # strided: append, then chapter 5's kernel
+            if attention_impl == "attnbook":   # strided: append, then chapter 5's
                 kv_cache_append(k_cache, v_cache, k, v, cache_seqlens=lengths)
                 return attention(q, k_cache[:, :, :n], v_cache[:, :, :n],
                                  key_lengths=lengths + 1, stride=stride, impl="tiled")
