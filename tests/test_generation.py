@@ -44,6 +44,16 @@ def test_generation_matches_sdpa_token_for_token(cfg, cache):
     assert torch.equal(got, want)
 
 
+def test_float16_generation_runs_the_tensor_core_prefill():
+    """Prefill on chapter 8's kernel (head_dim 64), decode in float16; on this model
+    and these prompts rounding leaves every greedy choice as SDPA's."""
+    model = model_of(7, dim=128).half()
+    want = model.generate(PROMPTS, 10, attention_impl="sdpa")
+    assert len(set(want.flatten().tolist())) > 3
+    for cache in ("contiguous", "paged"):
+        assert torch.equal(model.generate(PROMPTS, 10, cache=cache), want)
+
+
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 def test_cached_baselines_match_the_uncached_reference(impl):
     model = model_of(1)
