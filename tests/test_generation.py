@@ -206,6 +206,25 @@ def test_hf_gpt2_greedy_matches_sdpa_with_left_padding(seed):
     assert torch.equal(hf_generate(model, "attnbook", ids, mask), want)
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_hf_llama_with_grouped_heads_matches_sdpa(padded):
+    """Rotary positions and 4 query heads sharing one kv head (the decode kernel's
+    grouped path)."""
+    ab.models.register_hf()
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=97, hidden_size=128,
+                                   intermediate_size=256, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=1,
+                                   max_position_embeddings=64, initializer_range=0.3,
+                                   bos_token_id=0, eos_token_id=96, pad_token_id=0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.tensor([[0, 0, 5, 9, 12, 3], [1, 2, 3, 4, 5, 6]])
+    mask = (torch.arange(6) >= torch.tensor([[2 if padded else 0], [0]])).long()
+    want = hf_generate(model, "sdpa", ids, mask)
+    assert len(set(want[:, 6:].flatten().tolist())) > 3
+    assert torch.equal(hf_generate(model, "attnbook", ids, mask), want)
+
+
 def test_hf_routes_prompt_to_the_fused_kernel_and_steps_to_the_decode_kernel():
     from attnbook.models import hf
     ab.models.register_hf()
