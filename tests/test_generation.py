@@ -231,8 +231,8 @@ def test_hf_routes_prompt_to_the_fused_kernel_and_steps_to_the_decode_kernel():
     model = gpt2(2)
     ids = torch.tensor([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
     with mock.patch.object(hf, "attention", wraps=hf.attention) as fused, \
-         mock.patch.object(hf, "attention_with_kvcache",
-                           wraps=hf.attention_with_kvcache) as decode:
+         mock.patch.object(hf, "decode_attention",
+                           wraps=hf.decode_attention) as decode:
         got = hf_generate(model, "attnbook", ids, torch.ones_like(ids), n=6)
     assert fused.call_count == 2 and decode.call_count == 5 * 2
     assert all(c.kwargs["is_causal"] for c in fused.call_args_list)
