@@ -25,7 +25,7 @@ import warnings
 
 import torch
 
-from . import emulator
+from . import emulator, ptx
 
 __all__ = ["compile", "kernel_source", "package_module", "CompileError",
            "default_backend", "KERNEL_DIR", "INCLUDE_DIR"]
@@ -73,6 +73,12 @@ def _arch_list(arch: str) -> str:
     return f"{m.group(1)}.{m.group(2)}{m.group(3)}"
 
 
+def _arch_number(arch: str) -> int:
+    """__CUDA_ARCH__ of an architecture: sm_80 -> 800, sm_90a -> 900."""
+    m = re.fullmatch(r"sm_(\d+)(\d)a?", arch)
+    return int(m.group(1)) * 100 + int(m.group(2)) * 10
+
+
 def _source_name(cuda: str) -> str:
     for path in KERNEL_DIR.glob("*.cu"):
         if path.read_text() == cuda:
@@ -101,12 +107,14 @@ def _short_error(log: str, source: str = "", source_name: str = "",
 
 def compile(name: str, cuda: str, wrapper: str, functions, *,
             backend: str | None = None, arch: str | None = None, verbose: bool = False,
-            extra_cflags=()):
+            extra_cflags=(), include_dirs=()):
     """Compile ``cuda`` (kernel text) with ``wrapper`` (torch-facing C++) into a module
     that exposes ``functions``. ``backend`` is "cuda", "emulator", or None for this
     machine's. ``arch`` ("sm_75", "sm_80", …) builds the CUDA back end for that
     architecture instead of the GPU's, which also works without a GPU when torch is a
-    CUDA build (the module then loads but cannot launch)."""
+    CUDA build (the module then loads but cannot launch); on the emulator it is the
+    architecture ``__CUDA_ARCH__`` names (sm_80 by default). ``#include "x"`` looks in
+    ``include_dirs``, then the working directory, then the package's kernels."""
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -125,18 +133,20 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                                "in the CUDA source: give it another name "
                                f"({fn}_of, say)")
     src_name = _source_name(cuda)
+    search = [*map(pathlib.Path, include_dirs), pathlib.Path.cwd(), KERNEL_DIR]
     header = '#include "attnbook_torch.h"\n'
     wrapper_text = f'#line 1 "wrapper"\n{wrapper}\n'
     if backend == "emulator":
         try:
-            kernel_text = emulator.to_cpp(emulator.inline_headers(cuda, src_name,
-                                                                  KERNEL_DIR))
+            kernel_text = ptx.to_cpp(emulator.to_cpp(
+                emulator.inline_headers(cuda, src_name, search)))
         except SyntaxError as e:
             raise CompileError(f"{src_name}: {e}") from None
         cpp = [header + '#include "cuda_emulator.h"\n' + f'#line 1 "{src_name}"\n'
                + kernel_text + "\n" + wrapper_text]
         cu, target, includes = [], "the CPU emulator", [EMULATOR_DIR]
-        cflags, cuda_flags = CPU_FLAGS + list(extra_cflags), []
+        cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={_arch_number(arch or 'sm_80')}"]
+        cflags, cuda_flags = cflags + list(extra_cflags), []
     else:
         target = arch or _device_arch()
         cpp = [header + wrapper_text]
@@ -173,8 +183,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                 name=full_name, cpp_sources=cpp, cuda_sources=cu or None,
                 functions=functions, extra_cflags=cflags,
                 extra_cuda_cflags=cuda_flags or None,
-                extra_include_paths=[str(p)
-                                     for p in (*includes, INCLUDE_DIR, KERNEL_DIR)],
+                extra_include_paths=[str(p) for p in (*includes, INCLUDE_DIR, *search)],
                 with_cuda=backend == "cuda", no_implicit_headers=True, verbose=verbose)
     except (RuntimeError, ImportError) as e:
         raise CompileError(f"compiling {name} failed:\n"
