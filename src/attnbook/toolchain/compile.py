@@ -165,7 +165,8 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
     key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, cuda, *cflags,
                                     *cuda_flags, *functions,
                                     *(p.read_text()
-                                      for p in sorted(EMULATOR_DIR.iterdir())),
+                                      for p in sorted(EMULATOR_DIR.rglob("*"))
+                                      if p.is_file()),
                                     (INCLUDE_DIR / "attnbook_torch.h").read_text(),
                                     torch.__version__]).encode()).hexdigest()[:12]
     full_name = f"{name}_{backend}_{key}"

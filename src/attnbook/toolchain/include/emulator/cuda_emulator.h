@@ -541,12 +541,12 @@ inline void ldmatrix(int line, uint32_t* regs, const void* row) {
 
 }  // namespace attnbook_emu
 
-#include "emu_more_builtins.h"
-#include "emu_ptx.h"
-
 // Guards on __CUDA_ARCH__ pick the branch of this architecture: compile(arch="sm_75")
 // sets it (sm_80 by default). Defined last, after every host header has been read.
 #ifndef ATTNBOOK_EMU_ARCH
 #define ATTNBOOK_EMU_ARCH 800
 #endif
+#include "emu_more_builtins.h"
+#include "emu_ptx.h"
+#include "emu_host_api.h"
 #define __CUDA_ARCH__ ATTNBOOK_EMU_ARCH
