@@ -116,3 +116,20 @@ def test_error_after_a_multiline_launch_names_its_line():
            "}\n")
     with pytest.raises(ab.CompileError, match=r"cell\.cu:8:.*undefined_name"):
         ab.compile("foreign_lines", src, "", [], backend="emulator")
+
+
+# ---- a whole torch extension file ---------------------------------------------------
+def test_load_extension_runs_a_torch_extension_file():
+    mod = ab.load_extension(HERE / "rowsoftmax_ext.cu", backend="emulator")
+    x = torch.randn(5, 300, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(mod.row_softmax(x), x.softmax(1))
+    torch.testing.assert_close(mod.row_softmax_any(x.double()), x.double().softmax(1))
+    with pytest.raises(RuntimeError, match="x must be contiguous"):
+        mod.row_softmax(x.T)
+
+
+def test_load_extension_checks_its_input():
+    with pytest.raises(ValueError, match="ASCII identifier"):
+        ab.load_extension("PYBIND11_MODULE(x, m) {}", name="résumé", backend="emulator")
+    with pytest.raises(ab.CompileError, match="no PYBIND11_MODULE"):
+        ab.load_extension("__global__ void k() {}", backend="emulator")

@@ -307,12 +307,14 @@ def _launches(code: str) -> str:
         code = code[:start] + head + code[open_ + 3:close] + ")" + code[close + 3:]
 
 
-_LOCAL_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([\w./-]+)"[^\n]*$', re.M)
+_LOCAL_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([\w./-]+\.cuh?)"[^\n]*$',
+                           re.M)
 
 
 def inline_headers(source: str, name: str, folders, _seen=None) -> str:
-    """``source`` with every ``#include "x"`` found in ``folders`` (searched in order)
-    replaced by the header's text, recursively and once each (``#pragma once``)."""
+    """``source`` with every ``#include "x.cuh"`` (or ``.cu``) found in ``folders``
+    (searched in order) replaced by the header's text, recursively and once each
+    (``#pragma once``). Other headers are left to the compiler's include path."""
     folders = [folders] if isinstance(folders, (str, os.PathLike)) else list(folders)
     seen = set() if _seen is None else _seen
     out, last = [], 0
