@@ -133,3 +133,16 @@ def test_load_extension_checks_its_input():
         ab.load_extension("PYBIND11_MODULE(x, m) {}", name="résumé", backend="emulator")
     with pytest.raises(ab.CompileError, match="no PYBIND11_MODULE"):
         ab.load_extension("__global__ void k() {}", backend="emulator")
+
+
+# ---- build errors ---------------------------------------------------------------------
+def test_a_function_the_wrapper_lacks_is_named():
+    with pytest.raises(ab.CompileError, match="functions lists 'forward'"):
+        ab.compile("foreign_missing", "__global__ void k() {}",
+                   "void run() {}", ["run", "forward"], backend="emulator")
+
+
+@pytest.mark.parametrize("name", ["naïve", "\u212aernel", "a-b"])
+def test_extension_names_must_be_ascii_identifiers(name):
+    with pytest.raises(ValueError, match="ASCII identifier"):
+        ab.compile(name, "", "void run() {}", ["run"], backend="emulator")

@@ -90,8 +90,8 @@ def _short_error(log: str, source: str = "", source_name: str = "",
                  limit: int = 12) -> str:
     """The compiler's error lines, paths trimmed, and the reader's line the first one
     names."""
-    lines = [ln for ln in log.splitlines()
-             if re.search(r"\berror\b|error:|undefined reference", ln)]
+    lines = [ln for ln in log.splitlines()   # Error: is the host assembler's
+             if re.search(r"\berror\b|[Ee]rror:|undefined reference", ln)]
     lines = [re.sub(r"^.*?/(?=[\w.]+\.(cu|cpp|h|cuh)[:(])", "", ln) for ln in lines]
     lines = list(dict.fromkeys(lines))[:limit]
     if not lines:
@@ -132,6 +132,10 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
             raise CompileError(f"the wrapper function {fn!r} has the name of a kernel "
                                "in the CUDA source: give it another name "
                                f"({fn}_of, say)")
+    for fn in functions:
+        if not re.search(rf"\b{re.escape(fn)}\s*\(", wrapper + cuda):
+            raise CompileError(f"functions lists {fn!r}, but neither the wrapper nor the "
+                               "kernel text defines a function of that name")
     src_name = _source_name(cuda)
     search = [*map(pathlib.Path, include_dirs), pathlib.Path.cwd(), KERNEL_DIR]
     header = '#include "attnbook_torch.h"\n'

@@ -11,6 +11,9 @@ rewrites them without moving any line:
   memory, and every static ``__shared__`` declaration inside a function is followed by a
   reference to the (renamed) variable and a call that fills it with NaN once per block.
 
+A host variable named like a built-in (``dim3 gridDim(…)``) is renamed in its scope,
+the built-ins being macros. Inline PTX is rewritten by :mod:`.ptx`.
+
 Kernels shared between files live in ``.cuh`` headers; :func:`inline_headers` pastes
 those into the source first (with ``#line`` markers, so errors still name the header's
 own lines), so that their launches and shared memory are rewritten too.
