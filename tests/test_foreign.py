@@ -42,7 +42,8 @@ def test_cooperative_groups_tiles(ext):
 
 def test_wmma(ext):
     g = torch.Generator().manual_seed(1)
-    a, b = torch.randn(16, 16, generator=g).half(), torch.randn(16, 16, generator=g).half()
+    a = torch.randn(16, 16, generator=g).half()
+    b = torch.randn(16, 16, generator=g).half()
     c = torch.zeros(16, 16)
     ext.run("wmma", [a, b.T.contiguous(), c], 0)     # b is col_major
     torch.testing.assert_close(c, 2 * a.float() @ b.float(), rtol=1e-5, atol=1e-4)
@@ -130,12 +131,13 @@ def test_load_extension_runs_a_torch_extension_file():
 
 def test_load_extension_checks_its_input():
     with pytest.raises(ValueError, match="ASCII identifier"):
-        ab.load_extension("PYBIND11_MODULE(x, m) {}", name="résumé", backend="emulator")
+        ab.load_extension("PYBIND11_MODULE(x, m) {}", name="résumé",
+                          backend="emulator")
     with pytest.raises(ab.CompileError, match="no PYBIND11_MODULE"):
         ab.load_extension("__global__ void k() {}", backend="emulator")
 
 
-# ---- build errors ---------------------------------------------------------------------
+# ---- build errors --------------------------------------------------------------------
 def test_a_function_the_wrapper_lacks_is_named():
     with pytest.raises(ab.CompileError, match="functions lists 'forward'"):
         ab.compile("foreign_missing", "__global__ void k() {}",

@@ -134,8 +134,8 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                                f"({fn}_of, say)")
     for fn in functions:
         if not re.search(rf"\b{re.escape(fn)}\s*\(", wrapper + cuda):
-            raise CompileError(f"functions lists {fn!r}, but neither the wrapper nor the "
-                               "kernel text defines a function of that name")
+            raise CompileError(f"functions lists {fn!r}, but neither the wrapper nor "
+                               "the kernel text defines a function of that name")
     src_name = _source_name(cuda)
     search = [*map(pathlib.Path, include_dirs), pathlib.Path.cwd(), KERNEL_DIR]
     header = '#include "attnbook_torch.h"\n'

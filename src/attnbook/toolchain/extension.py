@@ -7,8 +7,8 @@ getCurrentCUDAStream()``), and a ``PYBIND11_MODULE`` that exposes it. On a GPU
 :func:`load_extension` compiles the file as it is (``torch.utils.cpp_extension.load``).
 On the emulator it compiles the same text as C++ with the emulator's source transforms,
 the CPU standing in for the GPU: a request for a CUDA device or tensor names the CPU
-(``kCUDA`` → ``kCPU``, ``.cuda()`` → ``.cpu()``, ``.is_cuda()`` → ``.is_cpu()``), and
-c10/ATen's CUDA headers are small stand-ins (one stream, no-op device guards).
+(``kCUDA`` → ``kCPU``, ``.cuda()`` → ``.cpu()``, ``.is_cuda()`` → ``.is_cpu()``),
+and c10/ATen's CUDA headers are small stand-ins (one stream, no-op device guards).
 """
 from __future__ import annotations
 
@@ -106,8 +106,10 @@ def _load_emulated(text, name, file_name, folders, arch, verbose):
     except (RuntimeError, ImportError) as e:
         raise CompileError(f"compiling {name} failed:\n"
                            f"{_short_error(str(e), text, file_name)}") from None
-    print(f"compiled {name} for the CPU emulator in {time.perf_counter() - start:.1f} s")
-    return emulator.guard_module(module, [n for n in dir(module) if not n.startswith("_")])
+    print(f"compiled {name} for the CPU emulator in "
+          f"{time.perf_counter() - start:.1f} s")
+    public = [n for n in dir(module) if not n.startswith("_")]
+    return emulator.guard_module(module, public)
 
 
 def _load_cuda(text, name, file_name, folders, arch, verbose):

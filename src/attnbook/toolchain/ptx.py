@@ -116,7 +116,7 @@ class _Asm:
         self.binds.append(f"auto& attnbook_o{k} = ({expr});" if output else
                           f"const auto attnbook_o{k} = ({expr});")
 
-    # ---- operands of one instruction ---------------------------------------------------
+    # ---- operands of one instruction -------------------------------------------------
     def lvalue(self, tok: str) -> str:
         tok = tok.strip()
         m = re.fullmatch(r"%(\d+)", tok)
@@ -161,7 +161,7 @@ class _Asm:
     def put(self, tok: str, value: str) -> str:
         return f"{_E}put({self.lvalue(tok)}, {value});"
 
-    # ---- the program ---------------------------------------------------------------------
+    # ---- the program -----------------------------------------------------------------
     def cpp(self) -> str:
         text = re.sub(r"//[^\n]*", "", self.template)
         text = re.sub(r"%\[(\w+)\]", lambda m: f"%{self.names[m.group(1)]}", text)
@@ -200,7 +200,7 @@ class _Asm:
         self.regs.update(dict.fromkeys(names))
         return " ".join(f"{_CTYPE[m.group(1)]} attnbook_r_{n}{{}};" for n in names)
 
-    # ---- instructions ----------------------------------------------------------------------
+    # ---- instructions ----------------------------------------------------------------
     def op_mma(self, opcode, parts, ops):
         shape = parts[3] if len(parts) > 3 else ""
         types = parts[-4:]
@@ -221,8 +221,8 @@ class _Asm:
                                "registers")
         arch = 800 if k == 16 or t != "__half" else 750
         ctype, read = ("float", "f32") if acc else ("uint32_t", "u32")
-        code = [f'static_assert(__CUDA_ARCH__ >= {arch}, "{opcode} needs sm_{arch // 10}'
-                ' or newer");',
+        code = [f'static_assert(__CUDA_ARCH__ >= {arch}, "{opcode} needs '
+                f'sm_{arch // 10} or newer");',
                 f"uint32_t a_[] = {{{', '.join(self.read(x) for x in a)}}};",
                 f"uint32_t b_[] = {{{', '.join(self.read(x) for x in b)}}};",
                 f"{ctype} c_[] = {{{', '.join(self.read(x, read) for x in c)}}};",
@@ -267,7 +267,8 @@ class _Asm:
         size = self.read(ops[2], "u32")
         src_size = (self.read(ops[3], "u32") if len(ops) > 3 and
                     not (len(ops) == 4 and "L2::cache_hint" in parts) else size)
-        return (f"{check} {_E}cp_async(__LINE__, {_E}from_shared({self.address(ops[0])}),"
+        return (f"{check} {_E}cp_async(__LINE__,"
+                f" {_E}from_shared({self.address(ops[0])}),"
                 f" {_E}from_global({self.address(ops[1])}), int({size}),"
                 f" int({src_size}), {str(parts[2] == 'cg').lower()});")
 
@@ -324,7 +325,7 @@ class _Asm:
         if part is None:
             raise _Unsupported(opcode)
         whole = "uint64_t" if width == 64 else "uint32_t"
-        pk = "u16" if half == 16 else "u32" if half == 32 else "u32"
+        pk = "u16" if half == 16 else "u32"
         if len(dst) == 1:                      # pack: the first element is the low one
             value = " | ".join(f"({whole}({part}({self.read(s, pk)})) << {half * i})"
                                for i, s in enumerate(src))
@@ -340,8 +341,8 @@ class _Asm:
         return self._memory(opcode, parts, ops, load=False)
 
     def _memory(self, opcode, parts, ops, load):
-        quals = {"weak", "volatile", "relaxed", "acquire", "release", "cta", "gpu", "sys",
-                 "nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt"}
+        quals = {"weak", "volatile", "relaxed", "acquire", "release", "cta", "gpu",
+                 "sys", "nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt"}
         spaces = [p for p in parts[1:] if p in ("shared", "shared::cta", "global")]
         vec = [p for p in parts[1:] if p in ("v2", "v4")]
         t = parts[-1]

@@ -1,6 +1,7 @@
 // CUDA's built-ins for kernel source compiled as C++ and run on the CPU emulator.
-// compile() includes this ahead of the (lightly transformed) kernel text; ATTNBOOK_EMULATOR is
-// defined, and __CUDA_ARCH__ names the architecture the emulator behaves as (at the end). Semantics follow the CUDA C++ Programming Guide and,
+// compile() includes this ahead of the (lightly transformed) kernel text; ATTNBOOK_EMULATOR
+// is defined, and __CUDA_ARCH__ names the architecture the emulator behaves as (at the
+// end). Semantics follow the CUDA C++ Programming Guide and,
 // for tensor-core fragments, the PTX ISA's per-lane layouts.
 #pragma once
 #define ATTNBOOK_EMULATOR 1

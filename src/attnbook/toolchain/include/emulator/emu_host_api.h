@@ -7,7 +7,7 @@
 #include <chrono>
 #include <utility>
 
-// ---- the device ---------------------------------------------------------------------------
+// ---- the device ---------------------------------------------------------------------
 namespace attnbook_emu {
 // An A100 (sm_80), a T4 (sm_75) or an H100 (sm_90): SMs, shared memory per SM and the
 // opt-in most per block, blocks per SM, threads per SM.
@@ -120,7 +120,7 @@ inline const char* cudaGetErrorName(cudaError_t e) {
        : e == cudaErrorInvalidValue ? "cudaErrorInvalidValue" : "cudaErrorMemoryAllocation";
 }
 
-// ---- kernel attributes and occupancy ------------------------------------------------------
+// ---- kernel attributes and occupancy ------------------------------------------------
 enum cudaSharedCarveout {
   cudaSharedmemCarveoutDefault = -1, cudaSharedmemCarveoutMaxShared = 100,
   cudaSharedmemCarveoutMaxL1 = 0
@@ -211,7 +211,7 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) 
   return cudaSuccess;
 }
 
-// ---- memory --------------------------------------------------------------------------
+// ---- memory -------------------------------------------------------------------------
 inline cudaError_t cudaMallocHost(void** p, size_t n) { return cudaMalloc(p, n); }
 template <class T> inline cudaError_t cudaMallocHost(T** p, size_t n) {
   return cudaMalloc(reinterpret_cast<void**>(p), n);
@@ -262,7 +262,7 @@ template <class T> inline cudaError_t cudaGetSymbolAddress(void** p, const T& sy
   return cudaSuccess;
 }
 
-// ---- cudaLaunchKernel: args[i] points at the kernel's i-th argument ---------------------
+// ---- cudaLaunchKernel: args[i] points at the kernel's i-th argument -----------------
 namespace attnbook_emu {
 template <class... P, size_t... I>
 inline void launch_with(void (*k)(P...), dim3 g, dim3 b, void** args, size_t smem,

@@ -20,7 +20,7 @@ ATTNBOOK_STORE_HINT(__stwt)
 #undef ATTNBOOK_LOAD_HINT
 #undef ATTNBOOK_STORE_HINT
 
-// ---- warp match and reduce (sm_70, sm_80) ---------------------------------------------
+// ---- warp match and reduce (sm_70, sm_80) -------------------------------------------
 namespace attnbook_emu {
 struct WordLane { uint64_t value, result; };
 
@@ -101,7 +101,7 @@ ATTNBOOK_REDUCE(__reduce_or_sync, unsigned, OpOr)
 ATTNBOOK_REDUCE(__reduce_xor_sync, unsigned, OpXor)
 #undef ATTNBOOK_REDUCE
 
-// ---- atomics scoped to the block or the system: every atomic here is system-wide -----
+// ---- atomics scoped to the block or the system: every atomic here is system-wide ----
 #define ATTNBOOK_SCOPED(OP)                                                       \
   template <class T, class... A> inline T OP##_block(T* p, A... a) {            \
     return OP(p, a...);                                                          \
@@ -122,7 +122,7 @@ ATTNBOOK_SCOPED(atomicInc)
 ATTNBOOK_SCOPED(atomicDec)
 #undef ATTNBOOK_SCOPED
 
-// ---- integer intrinsics ---------------------------------------------------------------
+// ---- integer intrinsics -------------------------------------------------------------
 // Funnel shifts: the 64-bit hi:lo shifted, 32 bits kept; _l/_r wrap the amount mod 32,
 // _lc/_rc clamp it to 32.
 inline unsigned __funnelshift_l(unsigned lo, unsigned hi, unsigned s) {
@@ -159,7 +159,7 @@ inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b)
   return (unsigned long long)((unsigned __int128)a * b >> 64);
 }
 
-// ---- more half and bfloat16 ------------------------------------------------------------
+// ---- more half and bfloat16 ---------------------------------------------------------
 #define ATTNBOOK_HALF_MORE(H, H2, P)                                                  \
   inline H hrcp(H a) { return H(1.f / float(a)); }                                    \
   inline H hlog2(H a) { return H(log2f(float(a))); }                                  \
@@ -226,7 +226,7 @@ inline __half __float2half_rz(float f) {   // toward zero: nearest, stepped back
 inline __nv_bfloat16 __half2bfloat16(__half h) { return __nv_bfloat16(float(h)); }
 inline __nv_bfloat162 make_bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) { return {a, b}; }
 
-// ---- more vector types ------------------------------------------------------------------
+// ---- more vector types --------------------------------------------------------------
 #define ATTNBOOK_VEC1(T, N, A) struct __attribute__((aligned(A))) N##1 { T x; }; \
   inline N##1 make_##N##1(T x) { return {x}; }
 #define ATTNBOOK_VEC2(T, N, A) struct __attribute__((aligned(A))) N##2 { T x, y; }; \

@@ -7,7 +7,7 @@
 namespace attnbook_emu {
 namespace ptx {
 
-// ---- operands: a register is its bits; a C++ operand of another type is converted --------
+// ---- operands: a register is its bits; a C++ operand of another type is converted ---
 template <class To, class T>
 inline To bits(const T& v) {
   if constexpr (std::is_pointer_v<T>) {
@@ -42,7 +42,7 @@ inline void put(T& dst, V v) {
   }
 }
 
-// ---- the shared state space: 32-bit addresses ---------------------------------------------
+// ---- the shared state space: 32-bit addresses ---------------------------------------
 // A shared address is a window number (the high bits) and an offset into the window. A
 // window is 256 KiB of this worker's memory starting where the first pointer converted
 // into it points: the dynamic shared memory, a static __shared__ array.
@@ -76,7 +76,7 @@ inline void* from_shared(uint64_t address) {
 }
 inline void* from_global(uint64_t address) { return reinterpret_cast<void*>(address); }
 
-// ---- cp.async: copies land when a wait_group covering them returns ----------------------
+// ---- cp.async: copies land when a wait_group covering them returns ------------------
 // Each thread's copies wait in its open group until commit_group; wait_group N performs
 // all but the N most recent committed groups. A read of the destination before the wait
 // sees what was there before (NaN, for fresh shared memory), as a GPU may show.
@@ -136,7 +136,7 @@ inline void cp_async_wait_all() {
   cp_async_wait(0);
 }
 
-// ---- tensor cores ------------------------------------------------------------------------
+// ---- tensor cores -------------------------------------------------------------------
 // mma.sync with f16 accumulators: C and D are two registers of packed halves, in the same
 // per-lane places as the f32 form's four floats.
 template <int K>
@@ -148,7 +148,7 @@ inline void mma_f16_acc(int line, uint32_t* d, const uint32_t* a, const uint32_t
   for (int r = 0; r < 2; ++r) d[r] = pack(__half(df[2 * r]).__x, __half(df[2 * r + 1]).__x);
 }
 
-// ---- shfl.sync: c packs the segment mask as (32 - width) << 8 ----------------------------
+// ---- shfl.sync: c packs the segment mask as (32 - width) << 8 -----------------------
 template <Shfl kind>
 inline uint32_t shfl(int line, uint32_t a, uint32_t b, uint32_t c, uint32_t mask) {
   int width = kWarp - int((c >> 8) & 0x1f);
