@@ -131,6 +131,7 @@ __global__ void wmma_gemm(const half* a, const half* b, float* c) {
 }
 
 // ---- 4. the pipeline primitives and cuda::barrier -------------------------------------
+#pragma nv_diag_suppress static_var_with_dynamic_init
 __global__ void pipeline_copy(const float4* in, float4* out) {
   __shared__ float4 stage[2][64];
   __shared__ cuda::barrier<cuda::thread_scope_block> bar;
@@ -173,8 +174,10 @@ __global__ void builtins(const int* in, int* out) {
   int* o = out + 16 * t;
   int v = __ldcs(in + t);
   o[0] = int(__match_any_sync(0xffffffffu, v % 4));
+#if __CUDA_ARCH__ >= 800
   o[1] = __reduce_add_sync(0xffffffffu, v);
   o[2] = __reduce_max_sync(0xffffffffu, v);
+#endif
   o[3] = atomicAdd_block(&out[16 * 32], 1) >= 0;
   o[4] = int(__funnelshift_l(0x80000000u, 0x1u, 4));
   o[5] = __dp4a(0x01020304, 0x01010101, 10);

@@ -167,7 +167,12 @@ __global__ void misc_probe(const float* in, float* out) {
   o[5] = h.y;
   uint32_t packed;
   unsigned short lo, hi;
+#if __CUDA_ARCH__ >= 800
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(2.f * lane), "f"(0.5f));
+#else
+  const __half2 pair = __floats2half2_rn(0.5f, 2.f * lane);
+  packed = *reinterpret_cast<const uint32_t*>(&pair);
+#endif
   asm("mov.b32 {%0, %1}, %2;" : "=h"(lo), "=h"(hi) : "r"(packed));
   o[6] = __half2float(__ushort_as_half(lo)) + __half2float(__ushort_as_half(hi));
   float p = -1.f;

@@ -292,7 +292,8 @@ class _Asm:
             if rnd != ["rn"] or len(ops) != 3:
                 raise _Unsupported(opcode)
             hi, lo = (f"{h}({self.read(o, 'f32')}).__x" for o in ops[1:])
-            return self.put(ops[0], f"::attnbook_emu::pack({lo}, {hi})")
+            return (f'static_assert(__CUDA_ARCH__ >= 800, "{opcode} needs sm_80 or '
+                    f'newer"); {self.put(ops[0], f"::attnbook_emu::pack({lo}, {hi})")}')
         if len(types) != 2 or len(ops) != 2:
             raise _Unsupported(opcode)
         dst, src = types

@@ -90,6 +90,7 @@ inline unsigned __match_all_sync(unsigned mask, T value, int* pred) {
     using R = ::attnbook_emu::Reduce<T, ::attnbook_emu::OP>;                         \
     return T(::attnbook_emu::warp_words<R>(__LINE__, mask, uint64_t(uint32_t(v))));  \
   }
+#if ATTNBOOK_EMU_ARCH >= 800   // __reduce_*_sync are sm_80 instructions
 ATTNBOOK_REDUCE(__reduce_add_sync, unsigned, OpAdd)
 ATTNBOOK_REDUCE(__reduce_add_sync, int, OpAdd)
 ATTNBOOK_REDUCE(__reduce_min_sync, unsigned, OpMin)
@@ -99,6 +100,7 @@ ATTNBOOK_REDUCE(__reduce_max_sync, int, OpMax)
 ATTNBOOK_REDUCE(__reduce_and_sync, unsigned, OpAnd)
 ATTNBOOK_REDUCE(__reduce_or_sync, unsigned, OpOr)
 ATTNBOOK_REDUCE(__reduce_xor_sync, unsigned, OpXor)
+#endif
 #undef ATTNBOOK_REDUCE
 
 // ---- atomics scoped to the block or the system: every atomic here is system-wide ----
