@@ -3,6 +3,7 @@ cooperative groups, WMMA, pipelines, cuda::barrier, fp8, math constants, cuBLAS
 included and unused), its host runtime API, the launch and declaration forms the source
 transform must accept, hardware semantics of barriers and shuffles
 (tests/cuda/foreign.cu)."""
+import importlib
 import pathlib
 
 import pytest
@@ -148,3 +149,11 @@ def test_a_function_the_wrapper_lacks_is_named():
 def test_extension_names_must_be_ascii_identifiers(name):
     with pytest.raises(ValueError, match="ASCII identifier"):
         ab.compile(name, "", "void run() {}", ["run"], backend="emulator")
+
+
+def test_host_assembler_errors_are_extracted():
+    log = ("ninja: build stopped\n/tmp/ccQ1.s: Assembler messages:\n"
+           "/tmp/ccQ1.s:812: Error: no such instruction: `ldmatrix.sync.aligned'\n")
+    short = importlib.import_module("attnbook.toolchain.compile")._short_error(log)
+    assert short.endswith("Error: no such instruction: `ldmatrix.sync.aligned'")
+    assert "ninja" not in short                         # the error line alone
