@@ -123,9 +123,20 @@ def test_small_instructions(ext):
     assert torch.equal(out[:, 7], torch.where(lane < 16, 1.0, -1.0))
 
 
+@pytest.mark.parametrize("order", ["forward", "reverse", "shuffle"])
+def test_named_barriers_order_a_producer_and_consumers(ext, order):
+    x = torch.randn(4 * 32, generator=torch.Generator().manual_seed(4))
+    out = torch.zeros(4 * 64)
+    with ab.thread_order(order):
+        ext.run("named_barriers", [x, out], 4)
+    tiles = x.view(4, 32)
+    want = torch.stack([tiles.roll(-1, 1), tiles.roll(-2, 1)], 1)
+    assert torch.equal(out.view(4, 2, 32), want)
+
+
 @pytest.mark.parametrize("asm,name", [
     ('asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");', "wgmma.fence"),
-    ('asm("bar.sync 1, 64;");', "bar.sync 1, 64"),
+    ('asm("bar.red.popc.u32 %0, 0, %1;" : "=r"(x) : "r"(x));', "bar.red.popc.u32"),
     ('asm("add.s32 %0, %1, 1;" : "=r"(x) : "r"(x));', "add.s32"),
     ('asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0}, {%1}, {%2}, {%3};"'
      ' : "=r"(x) : "r"(x), "r"(x), "r"(x));', "mma.sync.aligned.m16n8k32"),

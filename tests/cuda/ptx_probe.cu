@@ -181,6 +181,25 @@ __global__ void misc_probe(const float* in, float* out) {
   o[7] = p;
 }
 
+// Warp specialisation with named barriers: warp 0 produces a tile into shared memory
+// and signals barrier 1 (bar.arrive); warps 1 and 2 wait on it (bar.sync), consume, and
+// signal barrier 2, on which the producer waits before overwriting the tile.
+__global__ void named_barriers(const float* in, float* out, int tiles) {
+  __shared__ float tile[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int k = 0; k < tiles; ++k) {
+    if (warp == 0) {
+      if (k > 0) asm volatile("bar.sync 2, 96;" ::: "memory");   // tile consumed
+      tile[lane] = in[32 * k + lane];
+      asm volatile("bar.arrive 1, 96;" ::: "memory");            // tile full
+    } else {
+      asm volatile("bar.sync 1, 96;" ::: "memory");
+      out[64 * k + 32 * (warp - 1) + lane] = tile[(lane + warp) % 32];
+      asm volatile("bar.arrive 2, 96;" ::: "memory");
+    }
+  }
+}
+
 void launch(const char* w, void* p0, void* p1, void* p2, void* p3, int a0) {
   auto u = [](void* p) { return static_cast<uint32_t*>(p); };
   auto f = [](void* p) { return static_cast<float*>(p); };
@@ -195,4 +214,5 @@ void launch(const char* w, void* p0, void* p1, void* p2, void* p3, int a0) {
   else if (k == "ldmatrix_x4_trans") ldmatrix_probe<4, true><<<1, 32>>>(h, u(p1));
   else if (k == "cp_async") cp_async_probe<<<1, 32>>>(f(p0), f(p1), a0);
   else if (k == "misc") misc_probe<<<1, 32>>>(f(p0), f(p1));
+  else if (k == "named_barriers") named_barriers<<<1, 96>>>(f(p0), f(p1), a0);
 }

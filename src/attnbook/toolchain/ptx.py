@@ -15,8 +15,9 @@ with the asm's operands as arguments, following the PTX ISA:
   between integer widths and to f16/bf16, ``mov`` (registers, ``%laneid``, ``%tid``…,
   packing and unpacking), ``ld``/``st`` shared, global or generic, scalar or
   ``.v2``/``.v4``, ``ex2.approx`` and the other approximate f32 functions,
-  ``shfl.sync``, ``bar.sync 0``, ``setp`` with ``@p`` predicates, ``.reg`` temporaries,
-  fences and prefetches (nothing to do on the emulator).
+  ``shfl.sync``, named barriers (``bar.sync``/``bar.arrive`` id, thread count), ``setp``
+  with ``@p`` predicates, ``.reg`` temporaries, fences and prefetches (nothing to do on
+  the emulator).
 
 Any other instruction is a :class:`SyntaxError` naming it (``compile`` reports it as a
 ``CompileError``): an asm statement never compiles into nothing.
@@ -31,7 +32,7 @@ __all__ = ["to_cpp", "SUPPORTED"]
 
 SUPPORTED = ("mma.sync", "ldmatrix", "cp.async", "cvta", "cvt", "mov", "ld", "st",
              "ex2.approx", "lg2/rcp/sqrt/rsqrt/sin/cos/tanh.approx", "shfl.sync",
-             "bar.sync 0", "setp", "membar/fence", "prefetch")
+             "bar.sync/bar.arrive", "setp", "membar/fence", "prefetch")
 
 _ASM = re.compile(r"(?<![\w.])(?:asm|__asm__|__asm)\s*"
                   r"(?:(?:volatile|__volatile__|inline|goto)\s*)*\(")
@@ -388,11 +389,13 @@ class _Asm:
                                 f"{args})")
 
     def op_bar(self, opcode, parts, ops):
-        if parts[1:] not in (["sync"], ["sync", "aligned"]) or len(ops) != 1 or \
-                ops[0].strip() != "0":
-            raise _Unsupported(f"{opcode} {', '.join(ops)} (only barrier 0 of the "
-                               "whole block is emulated)")
-        return "::attnbook_emu::syncthreads(__LINE__);"
+        kind = [p for p in parts[1:] if p not in ("cta", "aligned")]
+        if kind not in (["sync"], ["arrive"]) or not 1 <= len(ops) <= 2 or \
+                (kind == ["arrive"] and len(ops) != 2):
+            raise _Unsupported(opcode)
+        count = self.read(ops[1]) if len(ops) == 2 else "0u"
+        return (f"{_E}named_barrier(__LINE__, {self.read(ops[0])}, {count}, "
+                f"{str(kind == ['sync']).lower()});")
 
     op_barrier = op_bar
 

@@ -157,6 +157,56 @@ inline uint32_t shfl(int line, uint32_t a, uint32_t b, uint32_t c, uint32_t mask
 
 inline uint32_t laneid() { return uint32_t(rt().cur->linear % kWarp); }
 
+// ---- named barriers: bar.sync / bar.arrive with an id (0-15) and a thread count ---------
+// bar.sync waits until `count` threads have arrived at barrier `id` (by bar.sync or
+// bar.arrive); bar.arrive counts itself and goes on. Barrier 0 of the whole block is
+// __syncthreads. A waiting thread shows as waiting at a barrier on the asm's line.
+struct NamedBarrier { uint32_t expected = 0, arrived = 0; std::vector<Thread*> waiting; };
+inline NamedBarrier& named_barrier_of(uint32_t id) {
+  static thread_local uint64_t epoch = ~uint64_t(0);
+  static thread_local const void* block = nullptr;
+  static thread_local NamedBarrier all[16];
+  Runtime& r = rt();
+  if (epoch != r.block_epoch || block != &r) {
+    for (auto& b : all) b = NamedBarrier{};
+    epoch = r.block_epoch;
+    block = &r;
+  }
+  return all[id];
+}
+inline void named_barrier(int line, uint32_t id, uint32_t count, bool wait) {
+  Runtime& r = rt();
+  const uint32_t n = uint32_t(r.nthreads);
+  if (count == 0) count = n;
+  char buf[200];
+  if (id > 15 || count > n || (count % kWarp && count != n) || (id == 0 && count != n)) {
+    std::snprintf(buf, sizeof buf, "bar.%s on line %d: barrier %u for %u threads (ids "
+                  "0-15, a multiple of 32 threads, barrier 0 only for the whole block)",
+                  wait ? "sync" : "arrive", line, id, count);
+    fail(buf);
+  }
+  if (id == 0 && wait) return void(syncthreads(line));
+  NamedBarrier& b = named_barrier_of(id);
+  if (b.arrived == 0) b.expected = count;
+  if (b.expected != count) {
+    std::snprintf(buf, sizeof buf, "bar on line %d: barrier %u awaited by %u and by %u "
+                  "threads at once", line, id, b.expected, count);
+    fail(buf);
+  }
+  if (++b.arrived == b.expected) {
+    for (Thread* t : b.waiting) t->state = State::Runnable;
+    b.waiting.clear();
+    b.arrived = 0;
+    return;
+  }
+  if (!wait) return;
+  Thread* self = r.cur;
+  b.waiting.push_back(self);
+  self->state = State::AtBarrier;
+  self->barrier_line = line;
+  switch_to(r, self, pick(r));
+}
+
 }  // namespace ptx
 }  // namespace attnbook_emu
 
