@@ -108,6 +108,26 @@ def test_transform_of_foreign_forms_keeps_lines():
     assert "attnbook_host_gridDim" in out and "attnbook_host_blockDim" in out
 
 
+def test_host_names_of_builtins_are_renamed_in_their_scope_only():
+    src = ("void go(dim3 blockDim) { k<<<1, blockDim>>>(); }\n"
+           "__global__ void k() { int i = blockIdx.x * blockDim.x; }\n"
+           "void h() { dim3 grid(4), blockDim(8); k<<<grid, blockDim>>>(); }\n")
+    lines = emulator.to_cpp(src).splitlines()
+    assert "dim3 attnbook_host_blockDim)" in lines[0]
+    assert ".cfg(1, attnbook_host_blockDim)" in lines[0]
+    assert "blockIdx.x * blockDim.x" in lines[1]             # the kernel's built-in
+    assert ".cfg(grid, attnbook_host_blockDim)" in lines[2]
+
+
+def test_headers_are_found_in_each_folder_and_beside_each_other(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "outer.cuh").write_text('#include "inner.cuh"\nint outer;\n')
+    (tmp_path / "a" / "inner.cuh").write_text("#pragma once\nint inner;\n")
+    out = emulator.inline_headers('#include "outer.cuh"\n#include "inner.cuh"\n',
+                                  "cell.cu", [tmp_path / "missing", tmp_path / "a"])
+    assert out.count("int inner;") == 1 and "int outer;" in out
+
+
 def test_error_after_a_multiline_launch_names_its_line():
     src = ("__global__ void k(int* x) {}\n"
            "template <int A, bool B> __global__ void t(int* x) {}\n"
