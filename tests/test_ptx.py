@@ -123,6 +123,24 @@ def test_small_instructions(ext):
     assert torch.equal(out[:, 7], torch.where(lane < 16, 1.0, -1.0))
 
 
+def test_scalar_arithmetic(ext):
+    a, b, c = 0x12345678, 0x9ABCDEF0 - 2**32, 0x0F0F0F0F
+    x, y = 1.5, -2.25
+    bits = torch.tensor([x, y]).view(torch.int32).tolist()
+    out = torch.zeros(10, dtype=torch.int32)
+    ext.run("arith", [torch.tensor([a, b, c, *bits], dtype=torch.int32), out], 0)
+    u = [v % 2**32 for v in out.tolist()]
+    ua, ub = a % 2**32, b % 2**32
+    assert u[0] == (ua + ub) % 2**32
+    assert u[1] == ua * ub >> 32 and u[2] | u[3] << 32 == ua * ub
+    assert u[4] == (a * b + c) % 2**32
+    assert out[5:7].view(torch.float32).tolist() == [x * y + 1, x]   # NaN ignored
+    assert u[7] == ua ^ ub ^ c
+    assert u[8] == int.from_bytes(bytes([ua & 0xFF, ub & 0xFF, ua >> 8 & 0xFF,
+                                         ub >> 8 & 0xFF]), "little")
+    assert out[9] == -c >> 4
+
+
 @pytest.mark.parametrize("order", ["forward", "reverse", "shuffle"])
 def test_named_barriers_order_a_producer_and_consumers(ext, order):
     x = torch.randn(4 * 32, generator=torch.Generator().manual_seed(4))
@@ -137,12 +155,12 @@ def test_named_barriers_order_a_producer_and_consumers(ext, order):
 @pytest.mark.parametrize("asm,name", [
     ('asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");', "wgmma.fence"),
     ('asm("bar.red.popc.u32 %0, 0, %1;" : "=r"(x) : "r"(x));', "bar.red.popc.u32"),
-    ('asm("add.s32 %0, %1, 1;" : "=r"(x) : "r"(x));', "add.s32"),
+    ('asm("add.rz.f32 %0, %1, 1.0;" : "=f"(y) : "f"(y));', "add.rz.f32"),
     ('asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0}, {%1}, {%2}, {%3};"'
      ' : "=r"(x) : "r"(x), "r"(x), "r"(x));', "mma.sync.aligned.m16n8k32"),
 ])
 def test_unsupported_instruction_is_named(asm, name):
-    src = f"__global__ void k(int x) {{\n  {asm}\n}}\n"
+    src = f"__global__ void k(int x, float y) {{\n  {asm}\n}}\n"
     with pytest.raises(SyntaxError, match=f"line 2: inline PTX '{name}.*not supported"):
         ptx_transform.to_cpp(src)
     with pytest.raises(ab.CompileError, match=f"inline PTX '{name}"):

@@ -181,6 +181,28 @@ __global__ void misc_probe(const float* in, float* out) {
   o[7] = p;
 }
 
+// Scalar arithmetic in PTX, one result per slot (see test_scalar_arithmetic).
+__global__ void arith_probe(const int* in, int* out) {
+  const int a = in[0], b = in[1], c = in[2];
+  const float x = __int_as_float(in[3]), y = __int_as_float(in[4]);
+  unsigned lo, hi;
+  float f, m;
+  asm("add.s32 %0, %1, %2;" : "=r"(out[0]) : "r"(a), "r"(b));
+  asm("mul.hi.u32 %0, %1, %2;" : "=r"(out[1]) : "r"(a), "r"(b));
+  asm("{ .reg .u64 w; mul.wide.u32 w, %2, %3; mov.b64 {%0, %1}, w; }"
+      : "=r"(lo), "=r"(hi) : "r"(a), "r"(b));
+  out[2] = int(lo);
+  out[3] = int(hi);
+  asm("mad.lo.s32 %0, %1, %2, %3;" : "=r"(out[4]) : "r"(a), "r"(b), "r"(c));
+  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(f) : "f"(x), "f"(y), "f"(1.f));
+  asm("max.f32 %0, %1, %2;" : "=f"(m) : "f"(x), "f"(__int_as_float(0x7fc00000)));
+  out[5] = __float_as_int(f);
+  out[6] = __float_as_int(m);
+  asm("lop3.b32 %0, %1, %2, %3, 0x96;" : "=r"(out[7]) : "r"(a), "r"(b), "r"(c));
+  asm("prmt.b32 %0, %1, %2, 0x5140;" : "=r"(out[8]) : "r"(a), "r"(b));
+  asm("shr.s32 %0, %1, 4;" : "=r"(out[9]) : "r"(-c));
+}
+
 // Warp specialisation with named barriers: warp 0 produces a tile into shared memory
 // and signals barrier 1 (bar.arrive); warps 1 and 2 wait on it (bar.sync), consume, and
 // signal barrier 2, on which the producer waits before overwriting the tile.
@@ -214,5 +236,7 @@ void launch(const char* w, void* p0, void* p1, void* p2, void* p3, int a0) {
   else if (k == "ldmatrix_x4_trans") ldmatrix_probe<4, true><<<1, 32>>>(h, u(p1));
   else if (k == "cp_async") cp_async_probe<<<1, 32>>>(f(p0), f(p1), a0);
   else if (k == "misc") misc_probe<<<1, 32>>>(f(p0), f(p1));
+  else if (k == "arith") arith_probe<<<1, 1>>>(static_cast<int*>(p0),
+                                              static_cast<int*>(p1));
   else if (k == "named_barriers") named_barriers<<<1, 96>>>(f(p0), f(p1), a0);
 }

@@ -17,7 +17,9 @@ with the asm's operands as arguments, following the PTX ISA:
   ``.v2``/``.v4``, ``ex2.approx`` and the other approximate f32 functions,
   ``shfl.sync``, named barriers (``bar.sync``/``bar.arrive`` id, thread count), ``setp``
   with ``@p`` predicates, ``.reg`` temporaries, fences and prefetches (nothing to do on
-  the emulator).
+  the emulator), scalar arithmetic (``add``, ``sub``, ``mul`` .lo/.hi/.wide, ``mad``,
+  ``fma.rn``, ``min``, ``max``, ``div``, ``neg``, ``abs``, bitwise, shifts, ``lop3``,
+  ``prmt``) in round-to-nearest.
 
 Any other instruction is a :class:`SyntaxError` naming it (``compile`` reports it as a
 ``CompileError``): an asm statement never compiles into nothing.
@@ -31,6 +33,7 @@ from .emulator import _blank
 __all__ = ["to_cpp", "SUPPORTED"]
 
 SUPPORTED = ("mma.sync", "ldmatrix", "cp.async", "cvta", "cvt", "mov", "ld", "st",
+             "integer and float arithmetic", "lop3", "prmt",
              "ex2.approx", "lg2/rcp/sqrt/rsqrt/sin/cos/tanh.approx", "shfl.sync",
              "bar.sync/bar.arrive", "setp", "membar/fence", "prefetch")
 
@@ -52,6 +55,10 @@ _SPECIAL = {"laneid": f"{_E}laneid()", "warpsize": "32u"} | {
 _APPROX = {"ex2": "exp2f({})", "lg2": "log2f({})", "rcp": "(1.f / {})",
            "sqrt": "sqrtf({})", "rsqrt": "(1.f / sqrtf({}))", "sin": "sinf({})",
            "cos": "cosf({})", "tanh": "tanhf({})"}
+_ARITH_TYPES = ("u16", "s16", "u32", "s32", "b32", "u64", "s64", "b64", "f32", "f64")
+_ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "min": 2, "max": 2, "and": 2,
+          "or": 2, "xor": 2, "shl": 2, "shr": 2, "neg": 1, "not": 1, "abs": 1,
+          "fma": 3, "mad": 3}
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
         "lo": "<", "ls": "<=", "hi": ">", "hs": ">="}
 
@@ -141,6 +148,8 @@ class _Asm:
         m = re.fullmatch(r"0[fF]([0-9a-fA-F]{8})", tok)
         if m:
             return f"__uint_as_float(0x{m.group(1)}u)"
+        if re.fullmatch(r"-?\d+\.\d*(?:[eE][-+]?\d+)?", tok):
+            return f"{_E}{kind}({tok})"
         if re.fullmatch(r"-?(0[xX][0-9a-fA-F]+|\d+)[uU]?", tok):
             return f"{_E}{kind}({tok.rstrip('uU')}ull)"
         raise _Unsupported(f"operand {tok!r}")
@@ -406,6 +415,48 @@ class _Asm:
         t = parts[2]
         a, b = (f"{_CTYPE[t]}({self.read(o, _kind(t))})" for o in ops[1:])
         return self.put(ops[0], f"bool({a} {_CMP[parts[1]]} {b})")
+
+    def _arith(self, opcode, parts, ops):
+        t = parts[-1]
+        mods = parts[1:-1]
+        if t not in _ARITH_TYPES or len(ops) != _ARITY[parts[0]] + 1 or \
+                set(mods) - {"rn", "ftz", "lo", "wide", "hi", "approx", "full"} or \
+                ("wide" in mods and (t not in ("u32", "s32") or parts[0] != "mul")):
+            raise _Unsupported(opcode)
+        ctype = _CTYPE[t]
+        wide = {"u32": "uint64_t", "s32": "int64_t", "u64": "unsigned __int128",
+                "s64": "__int128"}.get(t, ctype)
+        a, b, c = ([f"{wide if 'wide' in mods or 'hi' in mods else ctype}"
+                    f"({self.read(o, _kind(t))})" for o in ops[1:]] + ["", ""])[:3]
+        value = {"add": f"{a} + {b}", "sub": f"{a} - {b}", "mul": f"{a} * {b}",
+                 "div": f"{a} / {b}", "min": f"std::min({a}, {b})",
+                 "max": f"std::max({a}, {b})", "and": f"{a} & {b}", "or": f"{a} | {b}",
+                 "xor": f"{a} ^ {b}", "shl": f"{a} << {b}", "shr": f"{a} >> {b}",
+                 "neg": f"-{a}", "not": f"~{a}", "abs": f"std::abs({a})",
+                 "fma": f"std::fma({a}, {b}, {c})", "mad": f"{a} * {b} + {c}"}[parts[0]]
+        if t.startswith("f"):
+            if parts[0] in ("min", "max"):            # PTX: NaN only if both are
+                value = f"std::f{parts[0]}({a}, {b})"
+            elif parts[0] == "mad":
+                value = f"std::fma({a}, {b}, {c})"
+        if "hi" in mods:
+            value = f"{ctype}(({value}) >> {8 * int(t[1:]) // 8})"
+        return self.put(ops[0], f"{wide if 'wide' in mods else ctype}({value})")
+
+    op_add = op_sub = op_mul = op_div = op_min = op_max = op_and = op_or = op_xor = \
+        op_shl = op_shr = op_neg = op_not = op_abs = op_fma = op_mad = _arith
+
+    def op_lop3(self, opcode, parts, ops):
+        if parts[1:] != ["b32"] or len(ops) != 5:
+            raise _Unsupported(opcode)
+        args = ", ".join(self.read(o) for o in ops[1:])
+        return self.put(ops[0], f"{_E}lop3({args})")
+
+    def op_prmt(self, opcode, parts, ops):
+        if parts[1:] != ["b32"] or len(ops) != 4:
+            raise _Unsupported(opcode)
+        args = ", ".join(self.read(o) for o in ops[1:])
+        return self.put(ops[0], f"__byte_perm({args})")
 
     def op_membar(self, opcode, parts, ops):
         return "__threadfence();"

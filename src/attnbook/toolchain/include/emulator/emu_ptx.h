@@ -155,6 +155,14 @@ inline uint32_t shfl(int line, uint32_t a, uint32_t b, uint32_t c, uint32_t mask
   return ShflAt<kind>{line}(mask, a, int(b), width);
 }
 
+// lop3.b32: bit i of the result is bit (a_i b_i c_i, as a 3-bit number) of lut.
+inline uint32_t lop3(uint32_t a, uint32_t b, uint32_t c, uint32_t lut) {
+  uint32_t r = 0;
+  for (int i = 0; i < 8; ++i)
+    if (lut >> i & 1) r |= (i & 4 ? a : ~a) & (i & 2 ? b : ~b) & (i & 1 ? c : ~c);
+  return r;
+}
+
 inline uint32_t laneid() { return uint32_t(rt().cur->linear % kWarp); }
 
 // ---- named barriers: bar.sync / bar.arrive with an id (0-15) and a thread count ---------
