@@ -41,6 +41,15 @@ def test_cooperative_groups_tiles(ext):
     torch.testing.assert_close(out[:, 1], x.sum(1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("order", ["forward", "shuffle"])
+def test_cooperative_groups_memcpy_async(ext, order):
+    x = torch.randn(3, 100, generator=torch.Generator().manual_seed(5))
+    out = torch.zeros(3, 100)
+    with ab.thread_order(order):
+        ext.run("cg_stage", [x, out], 0)
+    assert torch.equal(out, x.flip(1))
+
+
 def test_wmma(ext):
     g = torch.Generator().manual_seed(1)
     a = torch.randn(16, 16, generator=g).half()

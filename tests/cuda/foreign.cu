@@ -1,6 +1,7 @@
 // Kernels in the styles found in blogs, courses and repositories, each with its own host
 // code: the toolkit's headers, runtime API and launch forms, unmodified.
 #include <cooperative_groups.h>
+#include <cooperative_groups/memcpy_async.h>
 #include <cooperative_groups/reduce.h>
 #include <cublas_v2.h>
 #include <cuda/barrier>
@@ -117,6 +118,16 @@ __global__ void cg_row_max(const float* x, float* out, int cols) {
   }
 }
 
+// A block stages a row through shared memory with cg::memcpy_async and reverses it.
+__global__ void cg_stage(const float* x, float* out) {
+  __shared__ float row[100];
+  cg::thread_block block = cg::this_thread_block();
+  cg::memcpy_async(block, row, x + 100 * blockIdx.x, sizeof(row));
+  cg::wait(block);
+  for (int i = block.thread_rank(); i < 100; i += block.size())
+    out[100 * blockIdx.x + i] = row[99 - i];
+}
+
 // ---- 3. WMMA: one warp, a 16x16x16 product ------------------------------------------
 __global__ void wmma_gemm(const half* a, const half* b, float* c) {
   wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;
@@ -210,6 +221,7 @@ int host_launch_kernel(float* x, int n) {
 void launch(const std::string& w, void* p0, void* p1, void* p2, int a0) {
   auto f = [](void* p) { return static_cast<float*>(p); };
   if (w == "cg") cg_row_max<<<2, 64>>>(f(p0), f(p1), a0);
+  else if (w == "cg_stage") cg_stage<<<3, 32>>>(f(p0), f(p1));
   else if (w == "wmma") wmma_gemm<<<1, 32>>>(static_cast<half*>(p0),
                                              static_cast<half*>(p1), f(p2));
   else if (w == "pipeline") pipeline_copy<<<1, 64>>>(static_cast<float4*>(p0),

@@ -105,6 +105,27 @@ def _short_error(log: str, source: str = "", source_name: str = "",
     return "\n".join(lines)
 
 
+def _build_failure(log: str, cuda: str, wrapper: str, src_name: str, functions) -> str:
+    """The errors of a failed build; where all of them are in the module definition
+    load_inline appends after the wrapper (past its last line), because ``functions``
+    names a function nobody defines, say that instead."""
+    missing = [fn for fn in functions
+               if not re.search(rf"\b{re.escape(fn)}\s*\(", wrapper + cuda)]
+    short = _short_error(log, cuda, src_name)
+    last = wrapper.count("\n") + 1
+
+    def generated(line):
+        m = re.match(r"(wrapper|main\.cpp)[:(](\d+)", line)
+        return m and (m.group(1) == "main.cpp" or int(m.group(2)) > last)
+
+    errors = [ln for ln in short.splitlines() if re.search(r"[Ee]rror", ln)]
+    if missing and errors and all(generated(ln) for ln in errors):
+        return "\n".join(f"functions lists {fn!r}, but neither the wrapper nor the "
+                         "kernel text defines a function of that name"
+                         for fn in missing)
+    return short
+
+
 def compile(name: str, cuda: str, wrapper: str, functions, *,
             backend: str | None = None, arch: str | None = None, verbose: bool = False,
             extra_cflags=(), include_dirs=()):
@@ -132,10 +153,6 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
             raise CompileError(f"the wrapper function {fn!r} has the name of a kernel "
                                "in the CUDA source: give it another name "
                                f"({fn}_of, say)")
-    for fn in functions:
-        if not re.search(rf"\b{re.escape(fn)}\s*\(", wrapper + cuda):
-            raise CompileError(f"functions lists {fn!r}, but neither the wrapper nor "
-                               "the kernel text defines a function of that name")
     src_name = _source_name(cuda)
     search = [*map(pathlib.Path, include_dirs), pathlib.Path.cwd(), KERNEL_DIR]
     header = '#include "attnbook_torch.h"\n'
@@ -191,8 +208,8 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                 extra_include_paths=[str(p) for p in (*includes, INCLUDE_DIR, *search)],
                 with_cuda=backend == "cuda", no_implicit_headers=True, verbose=verbose)
     except (RuntimeError, ImportError) as e:
-        raise CompileError(f"compiling {name} failed:\n"
-                           f"{_short_error(str(e), cuda, src_name)}") from None
+        why = _build_failure(str(e), cuda, wrapper, src_name, functions)
+        raise CompileError(f"compiling {name} failed:\n{why}") from None
     finally:
         if backend == "cuda":
             if env_arch is None:
