@@ -18,6 +18,7 @@ from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, TC_STEPS, Attention, PagedKVCache
 from .reference import attention_reference, expand_kv, flash_attention_tiles, masks
 from .toolchain import (CompileError, KernelInterrupted, KernelTimeout, compile,
                         default_backend, describe_machine, has_gpu, kernel_source,
-                        occupancy, ptxas_report, thread_order, time_budget, workers)
+                        load_extension, occupancy, ptxas_report, thread_order,
+                        time_budget, workers)
 
 __version__ = "0.1.0"

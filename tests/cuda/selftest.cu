@@ -159,11 +159,9 @@ __global__ void failing(int mode, float* out) {
   int t = threadIdx.x;
   if (mode == 0 && blockIdx.x == 1 && t == 5) __trap();
   if (mode == 1) assert(t != 3);
-  if (mode == 2) {                            // divergent barrier: lines differ
-    if (t < 16)
-      __syncthreads();
-    else
-      __syncthreads();
+  if (mode == 2) {                            // divergent barrier: half skip one
+    if (t < 16) __syncthreads();
+    __syncthreads();
   }
   if (mode == 3) {                            // some threads leave before the barrier
     if (t >= 8) return;

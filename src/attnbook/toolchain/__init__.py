@@ -3,6 +3,7 @@ emulator without one), the extension cache, ptxas reports, the emulator's source
 transform and thread orders, and the description of the machine."""
 from .compile import (CompileError, INCLUDE_DIR, KERNEL_DIR, compile, default_backend,
                       kernel_source, package_module)
+from .extension import load_extension
 from .emulator import (KernelInterrupted, KernelTimeout, thread_order, time_budget,
                        workers)
 from .machine import describe_machine, has_gpu

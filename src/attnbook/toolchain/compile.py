@@ -25,7 +25,7 @@ import warnings
 
 import torch
 
-from . import emulator
+from . import emulator, ptx
 
 __all__ = ["compile", "kernel_source", "package_module", "CompileError",
            "default_backend", "KERNEL_DIR", "INCLUDE_DIR"]
@@ -73,6 +73,12 @@ def _arch_list(arch: str) -> str:
     return f"{m.group(1)}.{m.group(2)}{m.group(3)}"
 
 
+def _arch_number(arch: str) -> int:
+    """__CUDA_ARCH__ of an architecture: sm_80 -> 800, sm_90a -> 900."""
+    m = re.fullmatch(r"sm_(\d+)(\d)a?", arch)
+    return int(m.group(1)) * 100 + int(m.group(2)) * 10
+
+
 def _source_name(cuda: str) -> str:
     for path in KERNEL_DIR.glob("*.cu"):
         if path.read_text() == cuda:
@@ -84,8 +90,8 @@ def _short_error(log: str, source: str = "", source_name: str = "",
                  limit: int = 12) -> str:
     """The compiler's error lines, paths trimmed, and the reader's line the first one
     names."""
-    lines = [ln for ln in log.splitlines()
-             if re.search(r"\berror\b|error:|undefined reference", ln)]
+    lines = [ln for ln in log.splitlines()   # Error: is the host assembler's
+             if re.search(r"\berror\b|[Ee]rror:|undefined reference", ln)]
     lines = [re.sub(r"^.*?/(?=[\w.]+\.(cu|cpp|h|cuh)[:(])", "", ln) for ln in lines]
     lines = list(dict.fromkeys(lines))[:limit]
     if not lines:
@@ -99,14 +105,37 @@ def _short_error(log: str, source: str = "", source_name: str = "",
     return "\n".join(lines)
 
 
+def _build_failure(log: str, cuda: str, wrapper: str, src_name: str, functions) -> str:
+    """The errors of a failed build; where all of them are in the module definition
+    load_inline appends after the wrapper (past its last line), because ``functions``
+    names a function nobody defines, say that instead."""
+    missing = [fn for fn in functions
+               if not re.search(rf"\b{re.escape(fn)}\s*\(", wrapper + cuda)]
+    short = _short_error(log, cuda, src_name)
+    last = wrapper.count("\n") + 1
+
+    def generated(line):
+        m = re.match(r"(wrapper|main\.cpp)[:(](\d+)", line)
+        return m and (m.group(1) == "main.cpp" or int(m.group(2)) > last)
+
+    errors = [ln for ln in short.splitlines() if re.search(r"[Ee]rror", ln)]
+    if missing and errors and all(generated(ln) for ln in errors):
+        return "\n".join(f"functions lists {fn!r}, but neither the wrapper nor the "
+                         "kernel text defines a function of that name"
+                         for fn in missing)
+    return short
+
+
 def compile(name: str, cuda: str, wrapper: str, functions, *,
             backend: str | None = None, arch: str | None = None, verbose: bool = False,
-            extra_cflags=()):
+            extra_cflags=(), include_dirs=()):
     """Compile ``cuda`` (kernel text) with ``wrapper`` (torch-facing C++) into a module
     that exposes ``functions``. ``backend`` is "cuda", "emulator", or None for this
     machine's. ``arch`` ("sm_75", "sm_80", …) builds the CUDA back end for that
     architecture instead of the GPU's, which also works without a GPU when torch is a
-    CUDA build (the module then loads but cannot launch)."""
+    CUDA build (the module then loads but cannot launch); on the emulator it is the
+    architecture ``__CUDA_ARCH__`` names (sm_80 by default). ``#include "x"`` looks in
+    ``include_dirs``, then the working directory, then the package's kernels."""
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -125,18 +154,20 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                                "in the CUDA source: give it another name "
                                f"({fn}_of, say)")
     src_name = _source_name(cuda)
+    search = [*map(pathlib.Path, include_dirs), pathlib.Path.cwd(), KERNEL_DIR]
     header = '#include "attnbook_torch.h"\n'
     wrapper_text = f'#line 1 "wrapper"\n{wrapper}\n'
     if backend == "emulator":
         try:
-            kernel_text = emulator.to_cpp(emulator.inline_headers(cuda, src_name,
-                                                                  KERNEL_DIR))
+            kernel_text = ptx.to_cpp(emulator.to_cpp(
+                emulator.inline_headers(cuda, src_name, search)))
         except SyntaxError as e:
             raise CompileError(f"{src_name}: {e}") from None
         cpp = [header + '#include "cuda_emulator.h"\n' + f'#line 1 "{src_name}"\n'
                + kernel_text + "\n" + wrapper_text]
         cu, target, includes = [], "the CPU emulator", [EMULATOR_DIR]
-        cflags, cuda_flags = CPU_FLAGS + list(extra_cflags), []
+        cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={_arch_number(arch or 'sm_80')}"]
+        cflags, cuda_flags = cflags + list(extra_cflags), []
     else:
         target = arch or _device_arch()
         cpp = [header + wrapper_text]
@@ -155,7 +186,8 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
     key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, cuda, *cflags,
                                     *cuda_flags, *functions,
                                     *(p.read_text()
-                                      for p in sorted(EMULATOR_DIR.iterdir())),
+                                      for p in sorted(EMULATOR_DIR.rglob("*"))
+                                      if p.is_file()),
                                     (INCLUDE_DIR / "attnbook_torch.h").read_text(),
                                     torch.__version__]).encode()).hexdigest()[:12]
     full_name = f"{name}_{backend}_{key}"
@@ -173,12 +205,11 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                 name=full_name, cpp_sources=cpp, cuda_sources=cu or None,
                 functions=functions, extra_cflags=cflags,
                 extra_cuda_cflags=cuda_flags or None,
-                extra_include_paths=[str(p)
-                                     for p in (*includes, INCLUDE_DIR, KERNEL_DIR)],
+                extra_include_paths=[str(p) for p in (*includes, INCLUDE_DIR, *search)],
                 with_cuda=backend == "cuda", no_implicit_headers=True, verbose=verbose)
     except (RuntimeError, ImportError) as e:
-        raise CompileError(f"compiling {name} failed:\n"
-                           f"{_short_error(str(e), cuda, src_name)}") from None
+        why = _build_failure(str(e), cuda, wrapper, src_name, functions)
+        raise CompileError(f"compiling {name} failed:\n{why}") from None
     finally:
         if backend == "cuda":
             if env_arch is None:

@@ -11,6 +11,9 @@ rewrites them without moving any line:
   memory, and every static ``__shared__`` declaration inside a function is followed by a
   reference to the (renamed) variable and a call that fills it with NaN once per block.
 
+A host variable named like a built-in (``dim3 gridDim(…)``) is renamed in its scope,
+the built-ins being macros. Inline PTX is rewritten by :mod:`.ptx`.
+
 Kernels shared between files live in ``.cuh`` headers; :func:`inline_headers` pastes
 those into the source first (with ``#line`` markers, so errors still name the header's
 own lines), so that their launches and shared memory are rewritten too.
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pathlib
 import re
 
 __all__ = ["to_cpp", "inline_headers", "thread_order", "workers", "ORDERS",
@@ -145,6 +149,8 @@ def _blank(source: str, strings: bool) -> str:
             j = n if j < 0 else j + 2
             out[i:j] = [ch if ch == "\n" else " " for ch in source[i:j]]
             i = j
+        elif c == "'" and _in_number(source, i):   # a digit separator: 48'000
+            i += 1
         elif c in "\"'":
             j = i + 1
             while j < n and source[j] != c:
@@ -157,14 +163,22 @@ def _blank(source: str, strings: bool) -> str:
     return "".join(out)
 
 
+def _in_number(source: str, i: int) -> bool:
+    """Whether the ``'`` at ``i`` is inside a number (a C++14 digit separator)."""
+    j = i
+    while j > 0 and (source[j - 1].isalnum() or source[j - 1] in "_.'"):
+        j -= 1
+    return j < i and source[j].isdigit()
+
+
 def _keep_lines(old: str, new: str) -> str:
     return new + "\n" * (old.count("\n") - new.count("\n"))
 
 
+_ALIGN = r"(?:(?:__align__|alignas)\s*\((?:[^()]|\([^()]*\))*\)\s*|volatile\s+)*"
 _EXTERN_SHARED = re.compile(
-    r"extern\s+__shared__\s+"
-    r"(?:__align__\s*\(\s*\d+\s*\)\s+|alignas\s*\(\s*\d+\s*\)\s+)?"
-    r"([A-Za-z_][\w:<>, ]*?[\w>])\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?"
+    r"extern\s+" + _ALIGN + r"__shared__\s+" + _ALIGN +
+    r"([A-Za-z_][\w:<>, ]*?[\w>])\s+" + _ALIGN +
     r"([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 _STATIC_SHARED = re.compile(r"(?<!\w)__shared__(?!\w)([^;]*);")
 
@@ -172,6 +186,8 @@ _STATIC_SHARED = re.compile(r"(?<!\w)__shared__(?!\w)([^;]*);")
 def _extern_shared(code: str) -> str:
     def sub(m):
         t, name = m.group(1), m.group(2)
+        if re.search(r"\bvolatile\b", m.group(0)) and "volatile" not in t:
+            t = "volatile " + t
         return _keep_lines(m.group(0), f"{t}* const {name} = reinterpret_cast<{t}*>("
                                        f"::attnbook_emu::rt().dynamic_smem);")
     return _EXTERN_SHARED.sub(sub, code)
@@ -223,15 +239,55 @@ def _kernel_start(masked: str, end: int) -> int:
     while i > 0 and masked[i - 1].isspace():
         i -= 1
     if i > 0 and masked[i - 1] == ">":          # template arguments: kernel<T, 64>
-        depth = 0
+        depth = parens = 0                     # a '>' inside (a > b) is no bracket
         while i > 0:
             i -= 1
-            depth += {">": 1, "<": -1}.get(masked[i], 0)
+            c = masked[i]
+            parens += {")": 1, "(": -1}.get(c, 0)
+            if parens == 0:
+                depth += {">": 1, "<": -1}.get(c, 0)
             if depth == 0:
                 break
     while i > 0 and (masked[i - 1].isalnum() or masked[i - 1] in "_:"):
         i -= 1
     return i
+
+
+_BUILTIN_DECL = re.compile(      # dim3 grid(8), blockDim(256): the second one too
+    r"\b(?:dim3|uint3|auto|int|unsigned|size_t)\s*[&*]?\s*"
+    r"(?:(?:[^;{}()]|\((?:[^()]|\([^()]*\))*\))*?,\s*)?"
+    r"(gridDim|blockDim|blockIdx|threadIdx)\b(?=\s*[(;={,)\[])")
+
+
+def _scope_end(masked: str, pos: int) -> int:
+    """End of the scope of a name declared at ``pos``: its block, or for a parameter,
+    the body of its function."""
+    parens = braces = 0
+    for i in range(pos, len(masked)):
+        c = masked[i]
+        parens += {"(": 1, ")": -1}.get(c, 0)
+        braces += {"{": 1, "}": -1}.get(c, 0)
+        if parens < 0:                  # a parameter: to the end of the body after it
+            body = masked.find("{", i)
+            return len(masked) if body < 0 else _scope_end(masked, body + 1)
+        if braces < 0:
+            return i
+    return len(masked)
+
+
+def _host_builtins(code: str) -> str:
+    """A host variable named like a built-in (``dim3 gridDim(n / 256);``) is renamed in
+    its scope, since the built-ins are macros on the emulator."""
+    while True:
+        masked = _blank(code, strings=True)
+        m = _BUILTIN_DECL.search(masked)
+        if not m:
+            return code
+        name, end = m.group(1), _scope_end(masked, m.end(1))
+        ident = re.compile(rf"(?<![\w.>]){name}\b")
+        spans = [x.span() for x in ident.finditer(masked, m.start(1), end)]
+        for a, b in reversed(spans):
+            code = code[:a] + "attnbook_host_" + name + code[b:]
 
 
 def _launches(code: str) -> str:
@@ -249,32 +305,37 @@ def _launches(code: str) -> str:
         if not kernel:
             raise SyntaxError(f"line {masked[:open_].count(chr(10)) + 1}: "
                               "no kernel before '<<<'")
-        head = f'::attnbook_emu::launch_of({kernel}, "{kernel}").cfg('
+        name = " ".join(code[start:open_].split())   # one line, whatever the source
+        head = f'::attnbook_emu::launch_of({kernel}, "{name}").cfg('
         code = code[:start] + head + code[open_ + 3:close] + ")" + code[close + 3:]
 
 
-_LOCAL_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([\w./-]+\.cuh)"[^\n]*$', re.M)
+_LOCAL_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([\w./-]+\.cuh?)"[^\n]*$',
+                           re.M)
 
 
-def inline_headers(source: str, name: str, folder, _seen=None) -> str:
-    """``source`` with every ``#include "x.cuh"`` found in ``folder`` replaced by the
-    header's text, recursively and once each (``#pragma once``)."""
+def inline_headers(source: str, name: str, folders, _seen=None) -> str:
+    """``source`` with every ``#include "x.cuh"`` (or ``.cu``) found in ``folders``
+    (searched in order) replaced by the header's text, recursively and once each
+    (``#pragma once``). Other headers are left to the compiler's include path."""
+    folders = [folders] if isinstance(folders, (str, os.PathLike)) else list(folders)
     seen = set() if _seen is None else _seen
     out, last = [], 0
     for m in _LOCAL_HEADER.finditer(source):
-        path = folder / m.group(1)
-        if not path.is_file():
+        path = next((pathlib.Path(f) / m.group(1) for f in folders
+                     if (pathlib.Path(f) / m.group(1)).is_file()), None)
+        if path is None:
             continue
         out.append(source[last:m.start()])
         last = m.end()
-        if path.name in seen:
+        if path.resolve() in seen:
             continue
-        seen.add(path.name)
+        seen.add(path.resolve())
         text = re.sub(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*$", "", path.read_text(),
                       flags=re.M)
         line = source.count("\n", 0, m.end()) + 2
         out.append(f'#line 1 "{path.name}"\n'
-                   f'{inline_headers(text, path.name, folder, seen)}\n'
+                   f'{inline_headers(text, path.name, [path.parent, *folders], seen)}\n'
                    f'#line {line} "{name}"')
     out.append(source[last:])
     return "".join(out)
@@ -286,4 +347,4 @@ def to_cpp(source: str) -> str:
     code = _blank(source, strings=False)
     code = _extern_shared(code)
     code = _static_shared(code, _blank(code, strings=True))
-    return _launches(code)
+    return _launches(_host_builtins(code))

@@ -1,6 +1,7 @@
 // CUDA's built-ins for kernel source compiled as C++ and run on the CPU emulator.
-// compile() includes this ahead of the (lightly transformed) kernel text; __CUDA_ARCH__ stays
-// undefined, ATTNBOOK_EMULATOR is defined. Semantics follow the CUDA C++ Programming Guide and,
+// compile() includes this ahead of the (lightly transformed) kernel text; ATTNBOOK_EMULATOR
+// is defined, and __CUDA_ARCH__ names the architecture the emulator behaves as (at the
+// end). Semantics follow the CUDA C++ Programming Guide and,
 // for tensor-core fragments, the PTX ISA's per-lane layouts.
 #pragma once
 #define ATTNBOOK_EMULATOR 1
@@ -76,7 +77,9 @@ void shfl_all(void* const* data, uint32_t group) {
       case Shfl::Idx: src = base + (d->arg & (w - 1)); break;
       case Shfl::Up: src = (l - base) >= d->arg ? l - d->arg : l; break;
       case Shfl::Down: src = (l - base) + d->arg < w ? l + d->arg : l; break;
-      default: src = ((l ^ d->arg) & ~(w - 1)) == base ? (l ^ d->arg) : l; break;
+      // A lane of a later group of `width` lanes is out of reach: the own value (an
+      // earlier group's lane is not; CUDA Programming Guide, __shfl_xor_sync).
+      default: src = (l ^ d->arg) < base + w ? (l ^ d->arg) : l; break;
     }
     // A lane outside the group has no defined value: hand back all-ones (NaN) so it shows.
     d->result = (group & (1u << src)) ? static_cast<ShflLane*>(data[src])->value : ~uint64_t(0);
@@ -538,3 +541,13 @@ inline void ldmatrix(int line, uint32_t* regs, const void* row) {
 }
 
 }  // namespace attnbook_emu
+
+// Guards on __CUDA_ARCH__ pick the branch of this architecture: compile(arch="sm_75")
+// sets it (sm_80 by default). Defined last, after every host header has been read.
+#ifndef ATTNBOOK_EMU_ARCH
+#define ATTNBOOK_EMU_ARCH 800
+#endif
+#include "emu_more_builtins.h"
+#include "emu_ptx.h"
+#include "emu_host_api.h"
+#define __CUDA_ARCH__ ATTNBOOK_EMU_ARCH

@@ -488,7 +488,9 @@ void fiber_main(void* arg) {
 
 // ---- barriers ------------------------------------------------------------------------------
 // Wait until every thread of the block arrives; returns how many passed a non-zero `pred`
-// (what __syncthreads_count/_and/_or report).
+// (what __syncthreads_count/_and/_or report). As on a GPU (bar.sync 0), every
+// __syncthreads is the same barrier: threads waiting on different lines release it
+// together (a warp-specialised kernel does this); a thread that exits first is an error.
 inline int syncthreads(int line, int pred = 0) {
   Runtime& r = rt();
   Thread* self = r.cur;
@@ -498,8 +500,7 @@ inline int syncthreads(int line, int pred = 0) {
   Thread* next;
   if (++r.arrived < r.nthreads) {
     next = pick(r);
-  } else if (std::all_of(r.threads.begin(), r.threads.end(),
-                         [line](const Thread& t) { return t.barrier_line == line; })) {
+  } else {
     // One result for the block: no thread can reach the next barrier, let alone
     // complete it, before every thread has resumed from this one and read it.
     int count = 0;
@@ -511,8 +512,6 @@ inline int syncthreads(int line, int pred = 0) {
     r.arrived = 0;
     new_pass(r);
     next = scan(r);
-  } else {
-    next = pick(r);   // finds nobody to run, and says so
   }
   switch_to(r, self, next);
   return r.sync_result;

@@ -1,0 +1,188 @@
+"""Kernels from elsewhere run unmodified on the emulator: the toolkit's headers (
+cooperative groups, WMMA, pipelines, cuda::barrier, fp8, math constants, cuBLAS
+included and unused), its host runtime API, the launch and declaration forms the source
+transform must accept, hardware semantics of barriers and shuffles
+(tests/cuda/foreign.cu)."""
+import importlib
+import pathlib
+
+import pytest
+import torch
+
+import attnbook as ab
+from attnbook.toolchain import emulator
+
+HERE = pathlib.Path(__file__).parent / "cuda"
+
+
+@pytest.fixture(scope="module")
+def ext():
+    return ab.compile("foreign", (HERE / "foreign.cu").read_text(),
+                      (HERE / "foreign_wrapper.cpp").read_text(), ["run"],
+                      backend="emulator", include_dirs=[HERE / "foreign_include"])
+
+
+def test_course_style_host_program(ext):
+    x = torch.arange(1000, dtype=torch.float32) / 7
+    result, info = torch.zeros(1), torch.zeros(6)
+    assert ext.run("scale_sum", [x, result, info], 0) == 0
+    torch.testing.assert_close(result, -2 * x.sum().reshape(1), rtol=1e-5, atol=1e-3)
+    arch, same_sms, blocks, block_size, timed, pi = info.tolist()
+    assert arch == 80 and same_sms == 1 and timed == 1
+    assert blocks == 16 and block_size == 1024      # 2048 threads per SM on sm_80
+    assert pi == pytest.approx(3.14159265)
+
+
+def test_cooperative_groups_tiles(ext):
+    x = torch.randn(8, 40, generator=torch.Generator().manual_seed(0))
+    out = torch.zeros(8, 2)
+    ext.run("cg", [x, out], 40)
+    torch.testing.assert_close(out[:, 0], x.max(1).values)
+    torch.testing.assert_close(out[:, 1], x.sum(1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("order", ["forward", "shuffle"])
+def test_cooperative_groups_memcpy_async(ext, order):
+    x = torch.randn(3, 100, generator=torch.Generator().manual_seed(5))
+    out = torch.zeros(3, 100)
+    with ab.thread_order(order):
+        ext.run("cg_stage", [x, out], 0)
+    assert torch.equal(out, x.flip(1))
+
+
+def test_wmma(ext):
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(16, 16, generator=g).half()
+    b = torch.randn(16, 16, generator=g).half()
+    c = torch.zeros(16, 16)
+    ext.run("wmma", [a, b.T.contiguous(), c], 0)     # b is col_major
+    torch.testing.assert_close(c, 2 * a.float() @ b.float(), rtol=1e-5, atol=1e-4)
+
+
+def test_pipeline_primitives_and_barrier(ext):
+    x = torch.arange(1, 513, dtype=torch.float32)
+    out = torch.zeros(512)
+    ext.run("pipeline", [x, out], 0)
+    first, second = x[:256].view(64, 4), x[256:].view(64, 4).clone()
+    second[:, 2:] = 0                                   # the last 8 bytes zero-filled
+    assert torch.equal(out[:256].view(64, 4), first.flip(0))
+    assert torch.equal(out[256:].view(64, 4), second.flip(0))
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse", "shuffle"])
+def test_barriers_on_different_lines_are_one_barrier(ext, order):
+    x = torch.randn(4 * 32, generator=torch.Generator().manual_seed(2))
+    out = torch.zeros(4 * 32)
+    with ab.thread_order(order):
+        ext.run("producer_consumer", [x, out], 4)
+    assert torch.equal(out, 10 * x.view(4, 32).roll(-1, 1).flatten())
+
+
+def test_device_functions_and_types(ext):
+    x = torch.arange(32, dtype=torch.int32)
+    out = torch.zeros(32 * 16 + 1, dtype=torch.int32)
+    ext.run("builtins", [x, out], 0)
+    o = out[:-1].view(32, 16)
+    lane = torch.arange(32)
+    same = [sum(1 << j for j in range(32) if j % 4 == i % 4) for i in range(32)]
+    assert o[:, 0].tolist() == [m - (1 << 32) if m >= 1 << 31 else m for m in same]
+    assert (o[:, 1] == 496).all() and (o[:, 2] == 31).all() and (o[:, 3] == 1).all()
+    assert out[-1] == 32
+    assert (o[:, 4] == 0x18).all() and (o[:, 5] == 20).all() and (o[:, 6] == 6).all()
+    assert (o[:, 7] == 1 + 2 + 4 + 8 + 10 + 4).all()
+    # width 8, lane mask 16: lanes 16..31 read lane ^ 16 (an earlier group); lanes
+    # 0..15 would read a later group and get their own value (CUDA Programming Guide)
+    assert o[:, 8].tolist() == torch.where(lane >= 16, lane ^ 16, lane).tolist()
+    assert (o[:, 9] == 325).all()                        # 3.3 -> 3.25 in e4m3
+    assert (o[:, 10] == 1024).all() and (o[:, 11] == 448).all()
+    assert torch.equal(o[:, 12], 2 * x)
+
+
+def test_cuda_launch_kernel(ext):
+    x = torch.zeros(100)
+    assert ext.run("launch_kernel", [x], 0) == 0
+    assert (x == 1).all()
+
+
+# ---- the source transform ------------------------------------------------------------
+def test_transform_of_foreign_forms_keeps_lines():
+    src = (HERE / "foreign.cu").read_text()
+    out = emulator.to_cpp(src)
+    assert out.count("\n") == src.count("\n")
+    lines = out.splitlines()
+    at = next(i for i, ln in enumerate(src.splitlines()) if "scale_sum<2," in ln
+              and "(kLimit" not in ln)
+    assert 'launch_of(scale_sum<2,' in lines[at]
+    assert '"scale_sum<2, (kLimit > 5)>"' in lines[at + 1]
+    assert "attnbook_host_gridDim" in out and "attnbook_host_blockDim" in out
+
+
+def test_host_names_of_builtins_are_renamed_in_their_scope_only():
+    src = ("void go(dim3 blockDim) { k<<<1, blockDim>>>(); }\n"
+           "__global__ void k() { int i = blockIdx.x * blockDim.x; }\n"
+           "void h() { dim3 grid(4), blockDim(8); k<<<grid, blockDim>>>(); }\n")
+    lines = emulator.to_cpp(src).splitlines()
+    assert "dim3 attnbook_host_blockDim)" in lines[0]
+    assert ".cfg(1, attnbook_host_blockDim)" in lines[0]
+    assert "blockIdx.x * blockDim.x" in lines[1]             # the kernel's built-in
+    assert ".cfg(grid, attnbook_host_blockDim)" in lines[2]
+
+
+def test_headers_are_found_in_each_folder_and_beside_each_other(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "outer.cuh").write_text('#include "inner.cuh"\nint outer;\n')
+    (tmp_path / "a" / "inner.cuh").write_text("#pragma once\nint inner;\n")
+    out = emulator.inline_headers('#include "outer.cuh"\n#include "inner.cuh"\n',
+                                  "cell.cu", [tmp_path / "missing", tmp_path / "a"])
+    assert out.count("int inner;") == 1 and "int outer;" in out
+
+
+def test_error_after_a_multiline_launch_names_its_line():
+    src = ("__global__ void k(int* x) {}\n"
+           "template <int A, bool B> __global__ void t(int* x) {}\n"
+           "void go(int* x) {\n"
+           "  t<1,\n    (2 > 1)><<<1,\n      32>>>(x);\n"
+           "  int y = 1'000;\n"
+           "  undefined_name(y);\n"
+           "}\n")
+    with pytest.raises(ab.CompileError, match=r"cell\.cu:8:.*undefined_name"):
+        ab.compile("foreign_lines", src, "", [], backend="emulator")
+
+
+# ---- a whole torch extension file ---------------------------------------------------
+def test_load_extension_runs_a_torch_extension_file():
+    mod = ab.load_extension(HERE / "rowsoftmax_ext.cu", backend="emulator")
+    x = torch.randn(5, 300, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(mod.row_softmax(x), x.softmax(1))
+    torch.testing.assert_close(mod.row_softmax_any(x.double()), x.double().softmax(1))
+    with pytest.raises(RuntimeError, match="x must be contiguous"):
+        mod.row_softmax(x.T)
+
+
+def test_load_extension_checks_its_input():
+    with pytest.raises(ValueError, match="ASCII identifier"):
+        ab.load_extension("PYBIND11_MODULE(x, m) {}", name="résumé",
+                          backend="emulator")
+    with pytest.raises(ab.CompileError, match="no PYBIND11_MODULE"):
+        ab.load_extension("__global__ void k() {}", backend="emulator")
+
+
+# ---- build errors --------------------------------------------------------------------
+def test_a_function_the_wrapper_lacks_is_named():
+    with pytest.raises(ab.CompileError, match="functions lists 'forward'"):
+        ab.compile("foreign_missing", "__global__ void k() {}",
+                   "void run() {}", ["run", "forward"], backend="emulator")
+
+
+@pytest.mark.parametrize("name", ["naïve", "\u212aernel", "a-b"])
+def test_extension_names_must_be_ascii_identifiers(name):
+    with pytest.raises(ValueError, match="ASCII identifier"):
+        ab.compile(name, "", "void run() {}", ["run"], backend="emulator")
+
+
+def test_host_assembler_errors_are_extracted():
+    log = ("ninja: build stopped\n/tmp/ccQ1.s: Assembler messages:\n"
+           "/tmp/ccQ1.s:812: Error: no such instruction: `ldmatrix.sync.aligned'\n")
+    short = importlib.import_module("attnbook.toolchain.compile")._short_error(log)
+    assert short.endswith("Error: no such instruction: `ldmatrix.sync.aligned'")
+    assert "ninja" not in short                         # the error line alone
