@@ -1,0 +1,724 @@
+// The checked build of the emulator: memcheck, racecheck and the profile.
+// compile(..., checked=True) builds kernel text with -fsanitize=thread but links no
+// ThreadSanitizer runtime: GCC then calls __tsan_read4(addr), __tsan_write8(addr), ...
+// before every memory access, and __tsan_atomic32_fetch_add(...) etc. in place of every
+// atomic builtin. This file defines those functions (uninstrumented). An access counts
+// only while kernel code runs (Runtime::in_kernel, set by the fiber around the kernel
+// and cleared by EmulatorCode in barriers and collectives); everything else (the
+// wrapper, torch, pybind11) passes straight through. Functions here are uninstrumented,
+// but what they call is not (GCC inlines no instrumented function into them: a
+// std::vector's operator[] is a call that reports its own accesses), so access() marks
+// the worker as out of kernel code while it works, and its hot path reads the raw
+// pointers CheckState keeps.
+//
+// What kernel code may touch:
+// * local: the stack slot of the fiber it runs on;
+// * shared: [0, smem) of the worker's dynamic shared memory, and the static __shared__
+//   variables this block has declared (thread-local statics, registered by
+//   poison_static_shared);
+// * global: the Session's allocations (the storages of the call's tensors, tensors
+//   allocated while the call runs, cudaMalloc), the kernel's parameters, and this
+//   extension's own data (__constant__ and other namespace-scope variables);
+// * the emulator's state that its built-ins read (threadIdx reads Runtime::cur and the
+//   Thread), silently.
+// Anything else stops the thread with a message naming the access, its call site as
+// "@pc(0x...)" (an offset in this extension, which Python maps to file:line), the block,
+// the thread, and where the address lies.
+//
+// Racecheck keeps, for every byte of shared memory, who wrote it and who read it since
+// the last barrier (an interval number, so nothing is cleared at a barrier) and reports
+// read-after-write, write-after-read and write-after-write between two threads that
+// no barrier, and within a warp no collective taken by both, puts in order.
+//
+// The profile logs each thread's global and shared accesses between two barriers; at
+// the barrier, a warp's accesses are grouped by instruction (call site) and occurrence
+// (the k-th execution of an instruction by each lane is one warp-wide request) and
+// counted as a GPU would: 32-byte sectors for global memory, and for shared memory
+// wavefronts over 32 banks of 4 bytes, a 64-bit access in two phases of 16 lanes and a
+// 128-bit one in four phases of 8 (CUDA C++ Programming Guide, shared memory).
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+
+#define ATTNBOOK_UNCHECKED __attribute__((no_sanitize("thread")))
+#define ATTNBOOK_COLD __attribute__((no_sanitize("thread"), noinline, cold))
+
+namespace attnbook_emu {
+
+enum Check : int { kMemcheck = 1, kRacecheck = 2, kProfile = 4 };
+enum Space : int { kGlobal = 0, kShared = 1, kLocal = 2 };
+
+struct Span {
+  uintptr_t lo, hi;
+  bool operator<(const Span& o) const { return lo < o.lo; }
+};
+
+// Counts of one source instruction in one launch.
+// units: sectors (global) or wavefronts (shared); ideal: wavefronts without conflicts.
+struct Counts {
+  int64_t requests = 0, units = 0, ideal = 0, bytes = 0;
+};
+// (launch, pc offset, space, is_write)
+using CountKey = std::tuple<int64_t, uintptr_t, int, int>;
+
+struct LaunchInfo {
+  std::string kernel;
+  dim3 grid, block;
+  size_t smem;
+  int64_t barriers = 0;   // __syncthreads passed, summed over blocks
+};
+
+// One call of a checked extension's function (Python's begin/end around it).
+struct Session {
+  int mode = 0;
+  std::mutex m;
+  std::vector<Span> allocations;   // sorted, disjoint
+  std::vector<Span> module_data;   // this extension's writable and read-only data
+  uintptr_t module_base = 0;
+  std::vector<LaunchInfo> launches;
+  std::map<CountKey, Counts> counts;
+  const Job* job = nullptr;        // the launch running
+};
+ATTNBOOK_UNCHECKED inline Session& session() {
+  static Session* s = new Session();   // never destroyed: workers outlive statics
+  return *s;
+}
+
+ATTNBOOK_UNCHECKED inline void note_allocation(const void* p, size_t bytes) {
+  Session& s = session();
+  std::lock_guard<std::mutex> lock(s.m);
+  auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = std::lower_bound(s.allocations.begin(), s.allocations.end(), Span{a, a});
+  if (it != s.allocations.end() && it->lo == a) s.allocations.erase(it);
+  if (bytes) s.allocations.insert(
+      std::lower_bound(s.allocations.begin(), s.allocations.end(), Span{a, a}),
+      Span{a, a + bytes});
+}
+
+// Tensors the wrapper allocates during a call (outputs, workspaces) become allocations
+// kernels may touch: torch's CPU allocator reports each allocation and free to the
+// thread's memory profiler, which this stands in for during the call.
+struct AllocationReporter : c10::MemoryReportingInfoBase {
+  ATTNBOOK_UNCHECKED void reportMemoryUsage(void* p, int64_t bytes, size_t, size_t,
+                                            c10::Device d) override {
+    if (d.is_cpu()) note_allocation(p, bytes > 0 ? size_t(bytes) : 0);
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+};
+
+// Each worker's arena, by the arena's number: who is running kernel code is found from
+// the stack pointer, as rt() does, without a thread_local (a call per access).
+constexpr int kArenaTable = 4096;
+inline Runtime* arenas[kArenaTable];
+ATTNBOOK_UNCHECKED inline void on_new_worker(Runtime& r) {
+  auto a = reinterpret_cast<uintptr_t>(&r);
+  __atomic_store_n(&arenas[(a / kArenaBytes) % kArenaTable], &r, __ATOMIC_RELEASE);
+}
+
+// A kernel's access, as logged for the profile.
+struct Access {
+  uintptr_t pc, addr;
+  uint8_t size, space, write;
+};
+
+// Racecheck's record of one byte of shared memory in the current interval.
+struct Shadow {
+  uint64_t interval = 0;
+  int32_t writer, reader[2];
+  uint32_t wgen, rgen[2];   // the warp's collective count at the access
+  uintptr_t wpc, rpc[2];
+};
+
+struct CheckState {
+  int mode = 0;
+  const Job* job = nullptr;
+  // Raw copies for access(), set at the block's start.
+  uintptr_t dyn = 0, smem = 0, params = 0, params_bytes = 0;
+  uintptr_t threads_lo = 0, threads_hi = 0, warps_lo = 0, warps_hi = 0;
+  const Span* allocs = nullptr;
+  size_t nallocs = 0;
+  Span live[64];   // the static __shared__ variables this block has declared
+  int nlive = 0;
+  Shadow* dyn_sh = nullptr;
+  Shadow* tls_sh = nullptr;
+  uint32_t* gen = nullptr;    // warp_gen
+  uint32_t* sync = nullptr;   // lane_sync
+  int64_t launch = 0;
+  uintptr_t tls_lo = 0, tls_hi = 0;   // this worker's thread-local block: static shared
+  uint64_t interval = 0;              // barrier interval, unique across blocks
+  std::vector<uint32_t> warp_gen, lane_sync;
+  std::vector<Shadow> dyn_shadow, tls_shadow;
+  std::string race;
+  int races = 0;
+  std::vector<std::vector<Access>> log;   // per thread, since the last barrier
+  std::map<CountKey, Counts> counts;
+  int64_t barriers = 0;
+};
+
+ATTNBOOK_UNCHECKED inline void find_module(Session& s) {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&find_module), &info)) return;
+  s.module_base = reinterpret_cast<uintptr_t>(info.dli_fbase);
+  dl_iterate_phdr([](dl_phdr_info* i, size_t, void* p) -> int {
+    auto* s = static_cast<Session*>(p);
+    if (i->dlpi_addr != s->module_base) return 0;
+    for (int k = 0; k < i->dlpi_phnum; ++k) {
+      const auto& h = i->dlpi_phdr[k];
+      if (h.p_type == PT_LOAD && !(h.p_flags & PF_X))
+        s->module_data.push_back({i->dlpi_addr + h.p_vaddr,
+                                  i->dlpi_addr + h.p_vaddr + h.p_memsz});
+    }
+    return 0;
+  }, &s);
+}
+
+ATTNBOOK_UNCHECKED inline void find_tls(CheckState& c, uintptr_t base) {
+  struct Ctx { uintptr_t base; CheckState* c; } ctx{base, &c};
+  dl_iterate_phdr([](dl_phdr_info* i, size_t, void* p) -> int {
+    auto* x = static_cast<Ctx*>(p);
+    if (i->dlpi_addr != x->base || !i->dlpi_tls_data) return 0;
+    for (int k = 0; k < i->dlpi_phnum; ++k)
+      if (i->dlpi_phdr[k].p_type == PT_TLS) {
+        x->c->tls_lo = reinterpret_cast<uintptr_t>(i->dlpi_tls_data);
+        x->c->tls_hi = x->c->tls_lo + i->dlpi_phdr[k].p_memsz;
+      }
+    return 0;
+  }, &ctx);
+}
+
+ATTNBOOK_UNCHECKED inline void on_launch(const Job& job) {
+  Session& s = session();
+  s.job = &job;
+  if (s.mode & kProfile)
+    s.launches.push_back({job.kernel, job.grid, job.block, job.smem, 0});
+}
+
+ATTNBOOK_UNCHECKED inline void on_block_start(Runtime& r, const Job& job) {
+  Session& s = session();
+  if (!r.check) {
+    r.check = new CheckState();   // kept for the worker's life, like its Runtime
+    find_tls(*r.check, s.module_base);
+  }
+  CheckState& c = *r.check;
+  c.mode = s.mode;
+  c.job = &job;
+  c.launch = int64_t(s.launches.size()) - 1;
+  ++c.interval;
+  c.warp_gen.assign(r.warps.size(), 0);
+  c.lane_sync.assign(r.nthreads, 0);
+  c.race.clear();
+  c.races = 0;
+  if (c.mode & kRacecheck) {
+    if (c.dyn_shadow.size() < job.smem) c.dyn_shadow.resize(job.smem);
+    if (c.tls_shadow.size() < c.tls_hi - c.tls_lo) c.tls_shadow.resize(c.tls_hi - c.tls_lo);
+  }
+  if (c.mode & kProfile) c.log.resize(r.nthreads);
+  c.dyn = reinterpret_cast<uintptr_t>(r.dynamic_smem);
+  c.smem = job.smem;
+  c.params = reinterpret_cast<uintptr_t>(job.params);
+  c.params_bytes = job.params_bytes;
+  c.threads_lo = reinterpret_cast<uintptr_t>(r.threads.data());
+  c.threads_hi = c.threads_lo + r.threads.size() * sizeof(Thread);
+  c.warps_lo = reinterpret_cast<uintptr_t>(r.warps.data());
+  c.warps_hi = c.warps_lo + r.warps.size() * sizeof(Warp);
+  c.allocs = s.allocations.data();
+  c.nallocs = s.allocations.size();
+  c.nlive = 0;
+  c.dyn_sh = c.dyn_shadow.data();
+  c.tls_sh = c.tls_shadow.data();
+  c.gen = c.warp_gen.data();
+  c.sync = c.lane_sync.data();
+}
+
+ATTNBOOK_UNCHECKED inline void on_static_shared(Runtime& r, void* p, size_t bytes) {
+  CheckState* c = r.check;
+  if (!c || c->nlive == 64) return;   // more than 64 variables: the rest go unchecked
+  auto a = reinterpret_cast<uintptr_t>(p);
+  c->live[c->nlive++] = {a, a + bytes};
+}
+
+// ---- where an address lies ---------------------------------------------------------
+// `what` names [lo, hi) with a %zu for its size: "a %zu-byte allocation".
+ATTNBOOK_UNCHECKED inline std::string describe(uintptr_t a, size_t n, uintptr_t lo,
+                                               uintptr_t hi, const char* what) {
+  char name[160], buf[256];
+  std::snprintf(name, sizeof name, what, size_t(hi - lo));
+  if (a >= hi)
+    std::snprintf(buf, sizeof buf, "%zu bytes past the end of %s", size_t(a - hi),
+                  name);
+  else if (a < lo)
+    std::snprintf(buf, sizeof buf, "%zu bytes before the start of %s",
+                  size_t(lo - a), name);
+  else   // starts inside, ends outside
+    std::snprintf(buf, sizeof buf, "at byte %zu of %s, its last %zu bytes past the end",
+                  size_t(a - lo), name, size_t(a + n - hi));
+  return buf;
+}
+
+// The allocation nearest to [a, a + n), described; "" when there is none.
+ATTNBOOK_UNCHECKED inline std::string nearest(const std::vector<Span>& spans,
+                                              uintptr_t a, size_t n, const char* what) {
+  const Span* best = nullptr;
+  uintptr_t gap = UINTPTR_MAX;
+  for (const Span& s : spans) {
+    uintptr_t d = a >= s.hi ? a - s.hi : (a + n <= s.lo ? s.lo - a - n : 0);
+    if (d < gap) { gap = d; best = &s; }
+  }
+  if (!best) return "";
+  char at[48];
+  std::snprintf(at, sizeof at, " at 0x%llx", (unsigned long long)best->lo);
+  return describe(a, n, best->lo, best->hi, (what + std::string(at)).c_str());
+}
+
+[[noreturn]] ATTNBOOK_COLD inline void stop(Runtime& r, const char* kind,
+                                                 const char* space, size_t n,
+                                                 uintptr_t a, uintptr_t pc,
+                                                 const std::string& detail) {
+  Thread* self = r.cur;
+  char head[256];
+  std::snprintf(head, sizeof head, "memcheck: invalid %s %s of size %zu bytes at "
+                "@pc(0x%llx) in kernel '%s' by thread (%u,%u,%u) in block (%u,%u,%u): "
+                "address 0x%llx ", space, kind, n,
+                (unsigned long long)(pc - session().module_base), r.kernel,
+                self->tid.x, self->tid.y, self->tid.z, r.block_idx.x, r.block_idx.y,
+                r.block_idx.z, (unsigned long long)a);
+  r.error = head + detail;
+  r.in_kernel = false;
+  r.cur = nullptr;
+  // As the hang guard does: abandon the fiber (its frames are never unwound; throwing
+  // through the instrumented call, which GCC takes for nothrow, would terminate).
+  Context::jump(self->ctx, r.scheduler);
+  __builtin_unreachable();
+}
+
+// ---- racecheck ---------------------------------------------------------------------
+ATTNBOOK_UNCHECKED inline bool ordered(const CheckState& c, int a, uint32_t gen, int b) {
+  // Same warp, and both lanes have since taken part in a collective.
+  return a / kWarp == b / kWarp && c.sync[a] > gen && c.sync[b] > gen;
+}
+
+ATTNBOOK_COLD inline void hazard(Runtime& r, CheckState& c, const char* kind,
+                                      int first, uintptr_t first_pc, const char* did,
+                                      uintptr_t pc, const char* does, uintptr_t a,
+                                      const char* region, size_t offset) {
+  if (c.races++) return;
+  const Thread& t0 = r.threads[first];
+  const Thread& t1 = *r.cur;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "racecheck: %s hazard on shared memory in kernel '%s', block "
+                "(%u,%u,%u): thread (%u,%u,%u) %s address 0x%llx (byte %zu of %s) at "
+                "@pc(0x%llx), then thread (%u,%u,%u) %s it at @pc(0x%llx), with no "
+                "barrier between them", kind, r.kernel, r.block_idx.x, r.block_idx.y,
+                r.block_idx.z, t0.tid.x, t0.tid.y, t0.tid.z, did, (unsigned long long)a,
+                offset, region, (unsigned long long)(first_pc - session().module_base),
+                t1.tid.x, t1.tid.y, t1.tid.z, does,
+                (unsigned long long)(pc - session().module_base));
+  c.race = buf;
+}
+
+ATTNBOOK_UNCHECKED inline void race_access(Runtime& r, CheckState& c, Shadow* sh,
+                                           size_t n, bool write, uintptr_t a,
+                                           uintptr_t pc, const char* region,
+                                           size_t offset) {
+  int t = r.cur->linear;
+  uint32_t gen = c.gen[t / kWarp];
+  for (size_t i = 0; i < n; ++i) {
+    Shadow& e = sh[i];
+    if (e.interval != c.interval) {
+      e.interval = c.interval;
+      e.writer = e.reader[0] = e.reader[1] = -1;
+    }
+    if (e.writer >= 0 && e.writer != t && !ordered(c, e.writer, e.wgen, t))
+      hazard(r, c, write ? "write-after-write" : "read-after-write", e.writer, e.wpc,
+             "wrote", pc, write ? "writes" : "reads", a + i, region, offset + i);
+    if (write) {
+      for (int k = 0; k < 2; ++k)
+        if (e.reader[k] >= 0 && e.reader[k] != t && !ordered(c, e.reader[k], e.rgen[k], t))
+          hazard(r, c, "write-after-read", e.reader[k], e.rpc[k], "read", pc, "writes",
+                 a + i, region, offset + i);
+      e.writer = t;
+      e.wgen = gen;
+      e.wpc = pc;
+    } else {
+      int k = e.reader[0] < 0 || e.reader[0] == t ? 0 : 1;
+      if (k == 1 && e.reader[1] >= 0 && e.reader[1] != t) continue;   // two kept
+      e.reader[k] = t;
+      e.rgen[k] = gen;
+      e.rpc[k] = pc;
+    }
+  }
+}
+
+ATTNBOOK_UNCHECKED inline void on_warp_sync(Runtime& r, int warp, uint32_t group) {
+  CheckState* c = r.check;
+  if (!c) return;
+  uint32_t g = ++c->gen[warp];
+  for (int l = 0; l < kWarp; ++l)
+    if (group & (1u << l)) c->sync[warp * kWarp + l] = g;
+}
+
+// ---- the profile -------------------------------------------------------------------
+ATTNBOOK_UNCHECKED inline int64_t distinct(std::vector<uint64_t>& v) {
+  std::sort(v.begin(), v.end());
+  return std::unique(v.begin(), v.end()) - v.begin();
+}
+
+// One warp-wide request: lane l accessed [addr[l], addr[l] + size[l]) if l is in mask.
+struct Request {
+  uintptr_t addr[kWarp];
+  uint8_t size[kWarp];
+  uint32_t mask = 0;
+};
+
+ATTNBOOK_UNCHECKED inline void count(Counts& k, const Request& q, int space) {
+  std::vector<uint64_t> keys;
+  ++k.requests;
+  int widest = 1;
+  for (int l = 0; l < kWarp; ++l)
+    if (q.mask & (1u << l)) {
+      k.bytes += q.size[l];
+      widest = std::max<int>(widest, q.size[l]);
+    }
+  if (space == kGlobal) {
+    for (int l = 0; l < kWarp; ++l)
+      if (q.mask & (1u << l))
+        for (uintptr_t s = q.addr[l] / 32; s <= (q.addr[l] + q.size[l] - 1) / 32; ++s)
+          keys.push_back(s);
+    k.units += distinct(keys);
+    return;
+  }
+  // Shared: lanes are split into phases (8-byte accesses: 2 of 16 lanes, 16-byte: 4 of
+  // 8); a phase takes as many wavefronts as the most distinct 4-byte words any one bank
+  // holds (lanes reading the same word share it).
+  int lanes = widest <= 4 ? kWarp : kWarp * 4 / widest;
+  for (int p = 0; p < kWarp; p += lanes) {
+    keys.clear();
+    for (int l = p; l < p + lanes; ++l)
+      if (q.mask & (1u << l))
+        for (uintptr_t w = q.addr[l] / 4; w <= (q.addr[l] + q.size[l] - 1) / 4; ++w)
+          keys.push_back((uint64_t(w % 32) << 58) | (w & ((uint64_t(1) << 58) - 1)));
+    if (keys.empty()) continue;
+    keys.resize(distinct(keys));
+    int64_t most = 0, run = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      run = (i && keys[i] >> 58 == keys[i - 1] >> 58) ? run + 1 : 1;
+      most = std::max(most, run);
+    }
+    k.units += most;
+    ++k.ideal;
+  }
+}
+
+// Group each warp's logged accesses into requests and count them.
+ATTNBOOK_UNCHECKED inline void flush_profile(Runtime& r, CheckState& c) {
+  for (size_t w = 0; w < r.warps.size(); ++w) {
+    std::map<std::tuple<uintptr_t, int, int>, std::vector<Request>> requests;
+    for (int l = 0; l < kWarp && int(w) * kWarp + l < r.nthreads; ++l) {
+      std::unordered_map<uintptr_t, size_t> seen;
+      auto& log = c.log[w * kWarp + l];
+      for (const Access& e : log) {
+        auto& v = requests[{e.pc, e.space, e.write}];
+        size_t k = seen[e.pc]++;
+        if (k >= v.size()) v.resize(k + 1);
+        v[k].addr[l] = e.addr;
+        v[k].size[l] = e.size;
+        v[k].mask |= 1u << l;
+      }
+      log.clear();
+    }
+    for (auto& [key, v] : requests) {
+      auto [pc, space, write] = key;
+      Counts& k = c.counts[{c.launch, pc - session().module_base, space, write}];
+      for (const Request& q : v) count(k, q, space);
+    }
+  }
+}
+
+ATTNBOOK_UNCHECKED inline void on_barrier(Runtime& r) {
+  CheckState* c = r.check;
+  if (!c) return;
+  ++c->interval;
+  ++c->barriers;
+  if (c->mode & kProfile) flush_profile(r, *c);
+}
+
+ATTNBOOK_UNCHECKED inline void on_block_end(Runtime& r) {
+  CheckState* c = r.check;
+  if (!c) return;
+  if (c->mode & kProfile) {
+    flush_profile(r, *c);
+    Session& s = session();
+    std::lock_guard<std::mutex> lock(s.m);
+    for (auto& [key, k] : c->counts) {
+      Counts& t = s.counts[key];
+      t.requests += k.requests;
+      t.units += k.units;
+      t.ideal += k.ideal;
+      t.bytes += k.bytes;
+    }
+    if (c->launch >= 0) s.launches[c->launch].barriers += c->barriers;
+  }
+  c->counts.clear();
+  c->barriers = 0;
+  if (c->races) {
+    std::string msg = c->race;
+    if (c->races > 1)
+      msg += " (and " + std::to_string(c->races - 1) + " more hazards in this block)";
+    throw KernelError(msg);
+  }
+}
+
+// The running fiber's Runtime if kernel code runs on this OS thread, else nullptr.
+ATTNBOOK_UNCHECKED inline Runtime* kernel_runtime(uintptr_t sp) {
+  uintptr_t base = sp & ~uintptr_t(kArenaBytes - 1);
+  Runtime* r = __atomic_load_n(&arenas[(base / kArenaBytes) % kArenaTable],
+                               __ATOMIC_RELAXED);
+  return reinterpret_cast<uintptr_t>(r) == base && r->in_kernel && r->check ? r
+                                                                             : nullptr;
+}
+
+// An error path of kernel code (assert, __trap): what follows is the emulator's.
+ATTNBOOK_UNCHECKED inline void leave_kernel() {
+  char here;
+  if (Runtime* r = kernel_runtime(reinterpret_cast<uintptr_t>(&here)))
+    r->in_kernel = false;
+}
+
+// ---- every access --------------------------------------------------------------------
+// Is [a, a + n) inside one of the sorted, disjoint spans?
+ATTNBOOK_UNCHECKED inline bool within(const Span* v, size_t len, uintptr_t a, size_t n) {
+  size_t lo = 0, hi = len;   // the first span starting after a is v[lo]
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (v[mid].lo <= a) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo > 0 && a + n <= v[lo - 1].hi;
+}
+
+ATTNBOOK_UNCHECKED inline void shared_access(Runtime& r, CheckState& c, uintptr_t a,
+                                             size_t n, bool write, uintptr_t pc,
+                                             Shadow* sh, const char* region,
+                                             size_t offset) {
+  if ((c.mode & kRacecheck) && sh)
+    race_access(r, c, sh, n, write, a, pc, region, offset);
+  if ((c.mode & kProfile) && n <= 16)
+    c.log[r.cur->linear].push_back({pc, a, uint8_t(n), uint8_t(kShared), write});
+}
+
+ATTNBOOK_UNCHECKED inline void classify(Runtime& r, CheckState& c, uintptr_t sp,
+                                        uintptr_t a, size_t n, bool write, bool atomic,
+                                        uintptr_t pc) {
+  const char* kind = atomic ? "atomic" : write ? "write" : "read";
+  auto base = reinterpret_cast<uintptr_t>(&r);
+  if (a >= base && a < base + kArenaBytes) {
+    if (a >= c.dyn && a < c.dyn + kMaxDynamicSmem) {
+      if (a + n > c.dyn + c.smem && (c.mode & kMemcheck))
+        stop(r, kind, "__shared__", n, a, pc,
+             "is " + describe(a, n, c.dyn, c.dyn + c.smem,
+                              "the block's %zu bytes of dynamic shared memory"));
+      shared_access(r, c, a, n, write && !atomic, pc,
+                    atomic ? nullptr : c.dyn_sh + (a - c.dyn), "dynamic shared memory",
+                    a - c.dyn);
+      return;
+    }
+    if (a < base + sizeof(Runtime)) return;   // the emulator's own state (blockIdx, ...)
+    // Local: the stack slot this fiber runs on.
+    uintptr_t first = base + kRuntimeSlots * kSlotBytes;
+    uintptr_t mine = (sp - first) / kSlotBytes, its = (a - first) / kSlotBytes;
+    uintptr_t lo = first + its * kSlotBytes + kGuardBytes;
+    if (its == mine && a >= lo && a + n <= lo + kSlotBytes - kGuardBytes) return;
+    if (c.mode & kMemcheck)
+      stop(r, kind, "__local__", n, a, pc,
+           its == mine ? "is in the guard below this thread's stack (a stack overflow)"
+                       : "is in the stack of another thread of the block");
+    return;
+  }
+  if (within(c.allocs, c.nallocs, a, n)) {
+    if ((c.mode & kProfile) && !atomic && n <= 16)
+      c.log[r.cur->linear].push_back({pc, a, uint8_t(n), uint8_t(kGlobal), write});
+    return;
+  }
+  if (a >= c.tls_lo && a < c.tls_hi) {   // static __shared__ variables
+    for (int i = 0; i < c.nlive; ++i) {
+      const Span& v = c.live[i];
+      if (a < v.lo || a + n > v.hi) continue;
+      char region[64];
+      std::snprintf(region, sizeof region, "a %zu-byte __shared__ variable",
+                    size_t(v.hi - v.lo));
+      shared_access(r, c, a, n, write && !atomic, pc,
+                    atomic ? nullptr : c.tls_sh + (a - c.tls_lo), region, a - v.lo);
+      return;
+    }
+    if (!(c.mode & kMemcheck)) return;
+    std::string d = nearest(std::vector<Span>(c.live, c.live + c.nlive), a, n,
+                            "a %zu-byte __shared__ variable");
+    stop(r, kind, "__shared__", n, a, pc,
+         d.empty() ? "is not in any __shared__ variable of this block" : "is " + d);
+  }
+  if (a >= c.threads_lo && a < c.threads_hi) return;   // threadIdx
+  if (a >= c.warps_lo && a < c.warps_hi) return;       // __activemask, votes
+  if (!write && a >= c.params && a + n <= c.params + c.params_bytes) return;
+  Session& s = session();
+  for (const Span& d : s.module_data)
+    if (a >= d.lo && a + n <= d.hi) return;
+  if (!(c.mode & kMemcheck)) return;
+  std::string d = nearest(s.allocations, a, n, "a %zu-byte allocation");
+  stop(r, kind, "__global__", n, a, pc,
+       d.empty() ? "is not in any allocation" : "is out of bounds: " + d);
+}
+
+ATTNBOOK_UNCHECKED inline void access(const void* p, size_t n, bool write, void* ret,
+                                      bool atomic = false) {
+  char here;
+  auto sp = reinterpret_cast<uintptr_t>(&here);
+  Runtime* r = kernel_runtime(sp);
+  if (!r) return;
+  // What classify() calls is instrumented: its accesses must not count, nor recurse.
+  r->in_kernel = false;
+  classify(*r, *r->check, sp, reinterpret_cast<uintptr_t>(p), n, write, atomic,
+           reinterpret_cast<uintptr_t>(ret) - 1);   // inside the calling instruction
+  r->in_kernel = true;
+}
+
+}  // namespace attnbook_emu
+
+// ---- the Python side's handle on a call (attnbook.toolchain.sanitizer) ---------------
+// begin: the checks to make and the storages of the call's tensors (address, bytes, ...);
+// from then on, tensors torch allocates on this thread are added, freed ones removed.
+ATTNBOOK_UNCHECKED inline void attnbook_checked_begin(int64_t mode,
+                                                      std::vector<int64_t> spans) {
+  auto& s = ::attnbook_emu::session();
+  if (s.module_data.empty()) ::attnbook_emu::find_module(s);
+  {
+    std::lock_guard<std::mutex> lock(s.m);
+    s.mode = int(mode);
+    s.allocations.clear();
+    s.launches.clear();
+    s.counts.clear();
+  }
+  for (size_t i = 0; i + 1 < spans.size(); i += 2)
+    if (spans[i + 1] > 0)
+      ::attnbook_emu::note_allocation(reinterpret_cast<void*>(spans[i]),
+                                      size_t(spans[i + 1]));
+  c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE,
+                                   std::make_shared<::attnbook_emu::AllocationReporter>());
+}
+
+// end: the launches profiled (kernel, grid xyz, block xyz, dynamic smem, barriers) and
+// their counts (launch, pc offset, space, is_write, requests, units, ideal, bytes).
+ATTNBOOK_UNCHECKED inline std::tuple<std::vector<std::vector<int64_t>>,
+                                     std::vector<std::string>,
+                                     std::vector<std::vector<int64_t>>>
+attnbook_checked_end() {
+  c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+  auto& s = ::attnbook_emu::session();
+  std::lock_guard<std::mutex> lock(s.m);
+  std::vector<std::vector<int64_t>> launches, counts;
+  std::vector<std::string> names;
+  for (const auto& l : s.launches) {
+    names.push_back(l.kernel);
+    launches.push_back({l.grid.x, l.grid.y, l.grid.z, l.block.x, l.block.y, l.block.z,
+                        int64_t(l.smem), l.barriers});
+  }
+  for (const auto& [key, k] : s.counts) {
+    auto [launch, pc, space, write] = key;
+    counts.push_back({launch, int64_t(pc), space, write, k.requests, k.units, k.ideal,
+                      k.bytes});
+  }
+  s.mode = 0;
+  s.allocations.clear();
+  return {launches, names, counts};
+}
+
+// ---- what GCC's -fsanitize=thread calls -------------------------------------------------
+// Types as GCC declares these built-ins (unsigned char/short/int/long values, void*).
+#define ATTNBOOK_TSAN extern "C" ATTNBOOK_UNCHECKED
+#define ATTNBOOK_TSAN_ACCESS(N)                                                           \
+  ATTNBOOK_TSAN void __tsan_read##N(void* p) {                                           \
+    ::attnbook_emu::access(p, N, false, __builtin_return_address(0));                      \
+  }                                                                                        \
+  ATTNBOOK_TSAN void __tsan_write##N(void* p) {                                          \
+    ::attnbook_emu::access(p, N, true, __builtin_return_address(0));                       \
+  }                                                                                        \
+  ATTNBOOK_TSAN void __tsan_unaligned_read##N(void* p) {                                 \
+    ::attnbook_emu::access(p, N, false, __builtin_return_address(0));                      \
+  }                                                                                        \
+  ATTNBOOK_TSAN void __tsan_unaligned_write##N(void* p) {                                \
+    ::attnbook_emu::access(p, N, true, __builtin_return_address(0));                       \
+  }
+ATTNBOOK_TSAN_ACCESS(1)
+ATTNBOOK_TSAN_ACCESS(2)
+ATTNBOOK_TSAN_ACCESS(4)
+ATTNBOOK_TSAN_ACCESS(8)
+ATTNBOOK_TSAN_ACCESS(16)
+ATTNBOOK_TSAN void __tsan_read_range(void* p, unsigned long n) {
+  ::attnbook_emu::access(p, n, false, __builtin_return_address(0));
+}
+ATTNBOOK_TSAN void __tsan_write_range(void* p, unsigned long n) {
+  ::attnbook_emu::access(p, n, true, __builtin_return_address(0));
+}
+ATTNBOOK_TSAN void __tsan_vptr_update(void**, void*) {}
+ATTNBOOK_TSAN void __tsan_vptr_read(void**) {}
+ATTNBOOK_TSAN void __tsan_func_entry(void*) {}
+ATTNBOOK_TSAN void __tsan_func_exit() {}
+ATTNBOOK_TSAN void __tsan_init() {}
+ATTNBOOK_TSAN void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(5); }
+ATTNBOOK_TSAN void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(5); }
+
+// Atomics: checked as accesses (never as races), then done sequentially consistent.
+#define ATTNBOOK_TSAN_RMW(N, T, OP)                                                      \
+  ATTNBOOK_TSAN T __tsan_atomic##N##_##OP(volatile void* a, T v, int) {                 \
+    ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                            \
+                           __builtin_return_address(0), true);                           \
+    return __atomic_##OP(static_cast<volatile T*>(a), v, __ATOMIC_SEQ_CST);              \
+  }
+#define ATTNBOOK_TSAN_ATOMICS(N, T)                                                      \
+  ATTNBOOK_TSAN T __tsan_atomic##N##_load(const volatile void* a, int) {                \
+    ::attnbook_emu::access(const_cast<void*>(a), N / 8, false,                           \
+                           __builtin_return_address(0), true);                           \
+    return __atomic_load_n(static_cast<const volatile T*>(a), __ATOMIC_SEQ_CST);         \
+  }                                                                                      \
+  ATTNBOOK_TSAN void __tsan_atomic##N##_store(volatile void* a, T v, int) {             \
+    ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                            \
+                           __builtin_return_address(0), true);                           \
+    __atomic_store_n(static_cast<volatile T*>(a), v, __ATOMIC_SEQ_CST);                  \
+  }                                                                                      \
+  ATTNBOOK_TSAN_RMW(N, T, exchange_n)                                                    \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_add)                                                     \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_sub)                                                     \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_and)                                                     \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_or)                                                      \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_xor)                                                     \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_nand)                                                    \
+  ATTNBOOK_TSAN bool __tsan_atomic##N##_compare_exchange_strong(                         \
+      volatile void* a, void* c, T v, int, int) {                                        \
+    ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                            \
+                           __builtin_return_address(0), true);                           \
+    return __atomic_compare_exchange_n(static_cast<volatile T*>(a),                      \
+                                       static_cast<T*>(c), v, false,                     \
+                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);              \
+  }                                                                                      \
+  ATTNBOOK_TSAN bool __tsan_atomic##N##_compare_exchange_weak(                           \
+      volatile void* a, void* c, T v, int m, int f) {                                    \
+    return __tsan_atomic##N##_compare_exchange_strong(a, c, v, m, f);                    \
+  }                                                                                      \
+  ATTNBOOK_TSAN T __tsan_atomic##N##_compare_exchange_val(volatile void* a, T c, T v,    \
+                                                          int m, int f) {                \
+    __tsan_atomic##N##_compare_exchange_strong(a, &c, v, m, f);                          \
+    return c;                                                                            \
+  }
+ATTNBOOK_TSAN_ATOMICS(8, unsigned char)
+ATTNBOOK_TSAN_ATOMICS(16, unsigned short)
+ATTNBOOK_TSAN_ATOMICS(32, unsigned int)
+ATTNBOOK_TSAN_ATOMICS(64, unsigned long)
+#undef ATTNBOOK_TSAN_ATOMICS
+#undef ATTNBOOK_TSAN_RMW
+#undef ATTNBOOK_TSAN_ACCESS
