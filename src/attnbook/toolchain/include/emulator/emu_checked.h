@@ -47,6 +47,7 @@
 #include <c10/util/ThreadLocalDebugInfo.h>
 
 #define ATTNBOOK_UNCHECKED __attribute__((no_sanitize("thread")))
+#define ATTNBOOK_HOT __attribute__((no_sanitize("thread"), always_inline))
 #define ATTNBOOK_COLD __attribute__((no_sanitize("thread"), noinline, cold))
 
 namespace attnbook_emu {
@@ -127,12 +128,17 @@ struct Access {
   uint8_t size, space, write;
 };
 
-// Racecheck's record of one byte of shared memory in the current interval.
+// Racecheck's record of one 4-byte word of shared memory in the current interval:
+// one writer and up to two readers, each with the bytes it touched (a mask), its
+// warp's collective count then, and its call site (an offset in this extension). A
+// second thread writing other bytes of the word (16-bit elements) takes the writer's
+// place: a hazard on the first one's bytes can go unseen, never one be made up.
 struct Shadow {
-  uint64_t interval = 0;
-  int32_t writer, reader[2];
-  uint32_t wgen, rgen[2];   // the warp's collective count at the access
-  uintptr_t wpc, rpc[2];
+  uint32_t interval = 0;
+  uint8_t wmask, rmask[2];
+  int16_t writer, reader[2];
+  uint32_t wgen, rgen[2];
+  uint32_t wpc, rpc[2];
 };
 
 struct CheckState {
@@ -149,7 +155,14 @@ struct CheckState {
   Shadow* tls_sh = nullptr;
   uint32_t* gen = nullptr;    // warp_gen
   uint32_t* sync = nullptr;   // lane_sync
+  // The region of the last access that passed (ok_len 0: none), its racecheck shadow
+  // (nullptr: not shared memory) and, for a __shared__ variable, its size.
+  uintptr_t ok_lo = 0, ok_len = 0;
+  Shadow* ok_sh = nullptr;   // the record of the word at ok_base
+  uintptr_t ok_base = 0;
+  size_t ok_var = 0;
   int64_t launch = 0;
+  uintptr_t module_base = 0;
   uintptr_t tls_lo = 0, tls_hi = 0;   // this worker's thread-local block: static shared
   uint64_t interval = 0;              // barrier interval, unique across blocks
   std::vector<uint32_t> warp_gen, lane_sync;
@@ -207,6 +220,7 @@ ATTNBOOK_UNCHECKED inline void on_block_start(Runtime& r, const Job& job) {
   }
   CheckState& c = *r.check;
   c.mode = s.mode;
+  c.module_base = s.module_base;
   c.job = &job;
   c.launch = int64_t(s.launches.size()) - 1;
   ++c.interval;
@@ -215,8 +229,9 @@ ATTNBOOK_UNCHECKED inline void on_block_start(Runtime& r, const Job& job) {
   c.race.clear();
   c.races = 0;
   if (c.mode & kRacecheck) {
-    if (c.dyn_shadow.size() < job.smem) c.dyn_shadow.resize(job.smem);
-    if (c.tls_shadow.size() < c.tls_hi - c.tls_lo) c.tls_shadow.resize(c.tls_hi - c.tls_lo);
+    if (c.dyn_shadow.size() < job.smem / 4 + 1) c.dyn_shadow.resize(job.smem / 4 + 1);
+    size_t tls_words = (c.tls_hi - c.tls_lo) / 4 + 1;
+    if (c.tls_shadow.size() < tls_words) c.tls_shadow.resize(tls_words);
   }
   if (c.mode & kProfile) c.log.resize(r.nthreads);
   c.dyn = reinterpret_cast<uintptr_t>(r.dynamic_smem);
@@ -230,6 +245,7 @@ ATTNBOOK_UNCHECKED inline void on_block_start(Runtime& r, const Job& job) {
   c.allocs = s.allocations.data();
   c.nallocs = s.allocations.size();
   c.nlive = 0;
+  c.ok_len = 0;
   c.dyn_sh = c.dyn_shadow.data();
   c.tls_sh = c.tls_shadow.data();
   c.gen = c.warp_gen.data();
@@ -304,54 +320,67 @@ ATTNBOOK_UNCHECKED inline bool ordered(const CheckState& c, int a, uint32_t gen,
 }
 
 ATTNBOOK_COLD inline void hazard(Runtime& r, CheckState& c, const char* kind,
-                                      int first, uintptr_t first_pc, const char* did,
-                                      uintptr_t pc, const char* does, uintptr_t a,
-                                      const char* region, size_t offset) {
+                                 int first, uint32_t first_pc, const char* did,
+                                 uintptr_t pc, const char* does, uintptr_t a,
+                                 size_t var, size_t offset) {
   if (c.races++) return;
+  char region[64];   // var: the __shared__ variable's size, 0 for dynamic shared memory
+  if (var) std::snprintf(region, sizeof region, "a %zu-byte __shared__ variable", var);
+  else std::snprintf(region, sizeof region, "dynamic shared memory");
   const Thread& t0 = r.threads[first];
   const Thread& t1 = *r.cur;
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "racecheck: %s hazard on shared memory in kernel '%s', block "
                 "(%u,%u,%u): thread (%u,%u,%u) %s address 0x%llx (byte %zu of %s) at "
-                "@pc(0x%llx), then thread (%u,%u,%u) %s it at @pc(0x%llx), with no "
+                "@pc(0x%x), then thread (%u,%u,%u) %s it at @pc(0x%llx), with no "
                 "barrier between them", kind, r.kernel, r.block_idx.x, r.block_idx.y,
                 r.block_idx.z, t0.tid.x, t0.tid.y, t0.tid.z, did, (unsigned long long)a,
-                offset, region, (unsigned long long)(first_pc - session().module_base),
-                t1.tid.x, t1.tid.y, t1.tid.z, does,
+                offset, region, first_pc, t1.tid.x, t1.tid.y, t1.tid.z, does,
                 (unsigned long long)(pc - session().module_base));
   c.race = buf;
 }
 
-ATTNBOOK_UNCHECKED inline void race_access(Runtime& r, CheckState& c, Shadow* sh,
-                                           size_t n, bool write, uintptr_t a,
-                                           uintptr_t pc, const char* region,
+// An access to [a, a + n) of shared memory whose first word, at `base`, has the record
+// words[0]; `var` and `offset` only name the place in a report.
+ATTNBOOK_HOT inline void race_access(Runtime& r, CheckState& c, Shadow* words,
+                                           uintptr_t base, uintptr_t a, size_t n,
+                                           bool write, uintptr_t pc, size_t var,
                                            size_t offset) {
   int t = r.cur->linear;
-  uint32_t gen = c.gen[t / kWarp];
-  for (size_t i = 0; i < n; ++i) {
-    Shadow& e = sh[i];
-    if (e.interval != c.interval) {
-      e.interval = c.interval;
+  uint32_t gen = c.gen[t / kWarp], here = uint32_t(pc - c.module_base);
+  auto interval = uint32_t(c.interval);
+  for (uintptr_t w = (a - base) / 4; w <= (a + n - 1 - base) / 4; ++w) {
+    // std::min and max would be calls (instrumented ones): see the top of the file.
+    uintptr_t lo = a > base + 4 * w ? a : base + 4 * w;
+    uintptr_t hi = a + n < base + 4 * w + 4 ? a + n : base + 4 * w + 4;
+    auto m = uint8_t(((1u << (hi - lo)) - 1) << (lo - base - 4 * w));
+    size_t at = offset + (lo - a);
+    Shadow& e = words[w];
+    if (e.interval != interval) {
+      e.interval = interval;
       e.writer = e.reader[0] = e.reader[1] = -1;
     }
-    if (e.writer >= 0 && e.writer != t && !ordered(c, e.writer, e.wgen, t))
+    if (e.writer >= 0 && e.writer != t && (e.wmask & m) && !ordered(c, e.writer, e.wgen, t))
       hazard(r, c, write ? "write-after-write" : "read-after-write", e.writer, e.wpc,
-             "wrote", pc, write ? "writes" : "reads", a + i, region, offset + i);
+             "wrote", pc, write ? "writes" : "reads", lo, var, at);
     if (write) {
       for (int k = 0; k < 2; ++k)
-        if (e.reader[k] >= 0 && e.reader[k] != t && !ordered(c, e.reader[k], e.rgen[k], t))
+        if (e.reader[k] >= 0 && e.reader[k] != t && (e.rmask[k] & m) &&
+            !ordered(c, e.reader[k], e.rgen[k], t))
           hazard(r, c, "write-after-read", e.reader[k], e.rpc[k], "read", pc, "writes",
-                 a + i, region, offset + i);
-      e.writer = t;
+                 lo, var, at);
+      e.wmask = e.writer == t ? uint8_t(e.wmask | m) : m;
+      e.writer = int16_t(t);
       e.wgen = gen;
-      e.wpc = pc;
+      e.wpc = here;
     } else {
       int k = e.reader[0] < 0 || e.reader[0] == t ? 0 : 1;
       if (k == 1 && e.reader[1] >= 0 && e.reader[1] != t) continue;   // two kept
-      e.reader[k] = t;
+      e.rmask[k] = e.reader[k] == t ? uint8_t(e.rmask[k] | m) : m;
+      e.reader[k] = int16_t(t);
       e.rgen[k] = gen;
-      e.rpc[k] = pc;
+      e.rpc[k] = here;
     }
   }
 }
@@ -476,7 +505,7 @@ ATTNBOOK_UNCHECKED inline void on_block_end(Runtime& r) {
 }
 
 // The running fiber's Runtime if kernel code runs on this OS thread, else nullptr.
-ATTNBOOK_UNCHECKED inline Runtime* kernel_runtime(uintptr_t sp) {
+ATTNBOOK_HOT inline Runtime* kernel_runtime(uintptr_t sp) {
   uintptr_t base = sp & ~uintptr_t(kArenaBytes - 1);
   Runtime* r = __atomic_load_n(&arenas[(base / kArenaBytes) % kArenaTable],
                                __ATOMIC_RELAXED);
@@ -492,41 +521,89 @@ ATTNBOOK_UNCHECKED inline void leave_kernel() {
 }
 
 // ---- every access --------------------------------------------------------------------
-// Is [a, a + n) inside one of the sorted, disjoint spans?
-ATTNBOOK_UNCHECKED inline bool within(const Span* v, size_t len, uintptr_t a, size_t n) {
-  size_t lo = 0, hi = len;   // the first span starting after a is v[lo]
+// The allocation holding [a, a + n), or nullptr (a binary search).
+ATTNBOOK_UNCHECKED inline const Span* allocation(const CheckState& c, uintptr_t a,
+                                                 size_t n) {
+  size_t lo = 0, hi = c.nallocs;   // the first span starting after a is allocs[lo]
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (v[mid].lo <= a) lo = mid + 1;
+    if (c.allocs[mid].lo <= a) lo = mid + 1;
     else hi = mid;
   }
-  return lo > 0 && a + n <= v[lo - 1].hi;
+  return lo > 0 && a + n <= c.allocs[lo - 1].hi ? &c.allocs[lo - 1] : nullptr;
 }
 
-ATTNBOOK_UNCHECKED inline void shared_access(Runtime& r, CheckState& c, uintptr_t a,
-                                             size_t n, bool write, uintptr_t pc,
-                                             Shadow* sh, const char* region,
-                                             size_t offset) {
-  if ((c.mode & kRacecheck) && sh)
-    race_access(r, c, sh, n, write, a, pc, region, offset);
-  if ((c.mode & kProfile) && n <= 16)
-    c.log[r.cur->linear].push_back({pc, a, uint8_t(n), uint8_t(kShared), write});
+// The profile's log: global and shared accesses (not atomics, not local memory).
+ATTNBOOK_UNCHECKED inline void log_access(Runtime& r, CheckState& c, uintptr_t a,
+                                          size_t n, bool write, bool atomic,
+                                          uintptr_t pc) {
+  if (atomic || n > 16) return;
+  int space;
+  if ((a >= c.dyn && a < c.dyn + c.smem) || (a >= c.tls_lo && a < c.tls_hi))
+    space = kShared;
+  else if (allocation(c, a, n))
+    space = kGlobal;
+  else
+    return;
+  c.log[r.cur->linear].push_back({pc, a, uint8_t(n), uint8_t(space), write});
 }
 
-ATTNBOOK_UNCHECKED inline void classify(Runtime& r, CheckState& c, uintptr_t sp,
+// Why an access is out of bounds; the message's detail is made only when it is.
+enum Bad { kDynamicPastEnd, kStaticShared, kGuard, kOtherStack, kGlobalMemory };
+
+[[noreturn]] ATTNBOOK_COLD inline void bad_access(Runtime& r, CheckState& c, Bad why,
+                                                  uintptr_t a, size_t n,
+                                                  const char* kind, uintptr_t pc) {
+  std::string d;
+  switch (why) {
+    case kDynamicPastEnd:
+      stop(r, kind, "__shared__", n, a, pc,
+           "is " + describe(a, n, c.dyn, c.dyn + c.smem,
+                            "the block's %zu bytes of dynamic shared memory"));
+    case kStaticShared:
+      d = nearest(std::vector<Span>(c.live, c.live + c.nlive), a, n,
+                  "a %zu-byte __shared__ variable");
+      stop(r, kind, "__shared__", n, a, pc,
+           d.empty() ? "is not in any __shared__ variable of this block" : "is " + d);
+    case kGuard:
+      stop(r, kind, "__local__", n, a, pc,
+           "is in the guard below this thread's stack (a stack overflow)");
+    case kOtherStack:
+      stop(r, kind, "__local__", n, a, pc, "is in the stack of another thread");
+    default:
+      d = nearest(session().allocations, a, n, "a %zu-byte allocation");
+      stop(r, kind, "__global__", n, a, pc,
+           d.empty() ? "is not in any allocation" : "is out of bounds: " + d);
+  }
+}
+
+// Remember [lo, hi) as the region of the last access, for the next one (see access).
+ATTNBOOK_UNCHECKED inline void remember(CheckState& c, uintptr_t lo, uintptr_t hi,
+                                        Shadow* sh = nullptr, uintptr_t base = 0,
+                                        size_t var = 0) {
+  c.ok_lo = lo;
+  c.ok_len = hi - lo;
+  c.ok_sh = sh;
+  c.ok_base = base;
+  c.ok_var = var;
+}
+
+// An access that is not in the remembered region: find its region, check it.
+__attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(Runtime& r, CheckState& c, uintptr_t sp,
                                         uintptr_t a, size_t n, bool write, bool atomic,
                                         uintptr_t pc) {
   const char* kind = atomic ? "atomic" : write ? "write" : "read";
+  bool check = c.mode & kMemcheck;
   auto base = reinterpret_cast<uintptr_t>(&r);
+  c.ok_len = 0;
   if (a >= base && a < base + kArenaBytes) {
     if (a >= c.dyn && a < c.dyn + kMaxDynamicSmem) {
-      if (a + n > c.dyn + c.smem && (c.mode & kMemcheck))
-        stop(r, kind, "__shared__", n, a, pc,
-             "is " + describe(a, n, c.dyn, c.dyn + c.smem,
-                              "the block's %zu bytes of dynamic shared memory"));
-      shared_access(r, c, a, n, write && !atomic, pc,
-                    atomic ? nullptr : c.dyn_sh + (a - c.dyn), "dynamic shared memory",
-                    a - c.dyn);
+      if (a + n > c.dyn + c.smem && check)
+        bad_access(r, c, kDynamicPastEnd, a, n, kind, pc);
+      if (atomic) return;   // atomics never race
+      if (c.mode & kRacecheck)
+        race_access(r, c, c.dyn_sh, c.dyn, a, n, write, pc, 0, a - c.dyn);
+      remember(c, c.dyn, c.dyn + c.smem, c.dyn_sh, c.dyn);
       return;
     }
     if (a < base + sizeof(Runtime)) return;   // the emulator's own state (blockIdx, ...)
@@ -534,57 +611,52 @@ ATTNBOOK_UNCHECKED inline void classify(Runtime& r, CheckState& c, uintptr_t sp,
     uintptr_t first = base + kRuntimeSlots * kSlotBytes;
     uintptr_t mine = (sp - first) / kSlotBytes, its = (a - first) / kSlotBytes;
     uintptr_t lo = first + its * kSlotBytes + kGuardBytes;
-    if (its == mine && a >= lo && a + n <= lo + kSlotBytes - kGuardBytes) return;
-    if (c.mode & kMemcheck)
-      stop(r, kind, "__local__", n, a, pc,
-           its == mine ? "is in the guard below this thread's stack (a stack overflow)"
-                       : "is in the stack of another thread of the block");
-    return;
-  }
-  if (within(c.allocs, c.nallocs, a, n)) {
-    if ((c.mode & kProfile) && !atomic && n <= 16)
-      c.log[r.cur->linear].push_back({pc, a, uint8_t(n), uint8_t(kGlobal), write});
+    if (its == mine && a >= lo && a + n <= lo + kSlotBytes - kGuardBytes)
+      return remember(c, lo, lo + kSlotBytes - kGuardBytes);
+    if (check) bad_access(r, c, its == mine ? kGuard : kOtherStack, a, n, kind, pc);
     return;
   }
   if (a >= c.tls_lo && a < c.tls_hi) {   // static __shared__ variables
     for (int i = 0; i < c.nlive; ++i) {
       const Span& v = c.live[i];
       if (a < v.lo || a + n > v.hi) continue;
-      char region[64];
-      std::snprintf(region, sizeof region, "a %zu-byte __shared__ variable",
-                    size_t(v.hi - v.lo));
-      shared_access(r, c, a, n, write && !atomic, pc,
-                    atomic ? nullptr : c.tls_sh + (a - c.tls_lo), region, a - v.lo);
-      return;
+      if (atomic) return;
+      if (c.mode & kRacecheck)
+        race_access(r, c, c.tls_sh, c.tls_lo, a, n, write, pc, v.hi - v.lo, a - v.lo);
+      return remember(c, v.lo, v.hi, c.tls_sh, c.tls_lo, v.hi - v.lo);
     }
-    if (!(c.mode & kMemcheck)) return;
-    std::string d = nearest(std::vector<Span>(c.live, c.live + c.nlive), a, n,
-                            "a %zu-byte __shared__ variable");
-    stop(r, kind, "__shared__", n, a, pc,
-         d.empty() ? "is not in any __shared__ variable of this block" : "is " + d);
+    if (check) bad_access(r, c, kStaticShared, a, n, kind, pc);
+    return;
   }
+  if (const Span* g = allocation(c, a, n)) return remember(c, g->lo, g->hi);
   if (a >= c.threads_lo && a < c.threads_hi) return;   // threadIdx
   if (a >= c.warps_lo && a < c.warps_hi) return;       // __activemask, votes
   if (!write && a >= c.params && a + n <= c.params + c.params_bytes) return;
-  Session& s = session();
-  for (const Span& d : s.module_data)
+  for (const Span& d : session().module_data)
     if (a >= d.lo && a + n <= d.hi) return;
-  if (!(c.mode & kMemcheck)) return;
-  std::string d = nearest(s.allocations, a, n, "a %zu-byte allocation");
-  stop(r, kind, "__global__", n, a, pc,
-       d.empty() ? "is not in any allocation" : "is out of bounds: " + d);
+  if (check) bad_access(r, c, kGlobalMemory, a, n, kind, pc);
 }
 
-ATTNBOOK_UNCHECKED inline void access(const void* p, size_t n, bool write, void* ret,
+ATTNBOOK_HOT inline void access(const void* p, size_t n, bool write, void* ret,
                                       bool atomic = false) {
   char here;
   auto sp = reinterpret_cast<uintptr_t>(&here);
   Runtime* r = kernel_runtime(sp);
   if (!r) return;
-  // What classify() calls is instrumented: its accesses must not count, nor recurse.
+  CheckState& c = *r->check;
+  auto a = reinterpret_cast<uintptr_t>(p);
+  auto pc = reinterpret_cast<uintptr_t>(ret) - 1;   // inside the calling instruction
+  // What follows calls instrumented code: its accesses must not count, nor recurse.
   r->in_kernel = false;
-  classify(*r, *r->check, sp, reinterpret_cast<uintptr_t>(p), n, write, atomic,
-           reinterpret_cast<uintptr_t>(ret) - 1);   // inside the calling instruction
+  if (c.mode & kProfile) log_access(*r, c, a, n, write, atomic, pc);
+  // Most accesses fall in the region of the one before: checked, only racecheck's
+  // record is left to keep.
+  if (!atomic && a - c.ok_lo < c.ok_len && n <= c.ok_lo + c.ok_len - a) {
+    if (c.ok_sh && (c.mode & kRacecheck))
+      race_access(*r, c, c.ok_sh, c.ok_base, a, n, write, pc, c.ok_var, a - c.ok_lo);
+  } else {
+    classify(*r, c, sp, a, n, write, atomic, pc);
+  }
   r->in_kernel = true;
 }
 
