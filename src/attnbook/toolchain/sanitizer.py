@@ -54,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import pathlib
 import re
 import subprocess
 
@@ -157,9 +158,15 @@ def _storage_spans(objs) -> list[int]:
 _lines: dict[tuple[str, int], str] = {}
 
 
+# Frames in these folders are the emulator's or a library's: an access made there (an
+# atomicAdd's compare-and-swap loop) is named by the kernel line that called it.
+_NOT_KERNEL = (str(pathlib.Path(__file__).parent / "include"), "/usr/",
+               str(pathlib.Path(torch.__file__).parent))
+
+
 def _source_lines(path: str, offsets) -> dict[int, str]:
-    """"file:line" of each code offset of the shared library ``path`` (its innermost
-    inlined frame, which is where the access is written)."""
+    """"file:line" of each code offset of the shared library ``path``: its innermost
+    inlined frame in kernel text, which is where the access is written."""
     todo = sorted({o for o in offsets if (path, o) not in _lines})
     if todo:
         out = subprocess.run(["addr2line", "-e", path, "-i", "-a"] +
@@ -167,7 +174,9 @@ def _source_lines(path: str, offsets) -> dict[int, str]:
                              check=False).stdout
         blocks = re.split(r"^0x[0-9a-f]+$", out, flags=re.M)[1:]
         for offset, block in zip(todo, blocks):
-            first = (block.strip().splitlines() or ["??:0"])[0]
+            frames = block.strip().splitlines() or ["??:0"]
+            first = next((f for f in frames if not f.startswith(_NOT_KERNEL)),
+                         frames[0])
             name, _, line = first.rpartition(":")
             _lines[path, offset] = f"{os.path.basename(name)}:{line.split()[0]}"
     return {o: _lines[path, o] for o in offsets}
