@@ -106,8 +106,7 @@ __global__ void wide_loads(const float* x, float* out, int n) {
   __shared__ float4 v[32];
   v[threadIdx.x] = make_float4(1.f, 2.f, 3.f, 4.f);
   __syncwarp();
-  float4 a = v[threadIdx.x];  // @wide
-  out[threadIdx.x] = a.x + a.w;
+  reinterpret_cast<float4*>(out)[threadIdx.x] = v[threadIdx.x];  // @wide
 }
 
 void launch_checked_case(int which, const float* x, float* out, int n, int blocks,
