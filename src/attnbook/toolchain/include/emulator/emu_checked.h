@@ -660,6 +660,13 @@ ATTNBOOK_HOT inline void access(const void* p, size_t n, bool write, void* ret,
   r->in_kernel = true;
 }
 
+// A read that emulator code makes for the calling lane (ldmatrix's rows): checked and
+// counted at the kernel's call site.
+__attribute__((noinline)) ATTNBOOK_UNCHECKED inline void note_read(const void* p,
+                                                                   size_t bytes) {
+  access(p, bytes, false, __builtin_return_address(0));
+}
+
 }  // namespace attnbook_emu
 
 // ---- the Python side's handle on a call (attnbook.toolchain.sanitizer) ---------------
