@@ -323,6 +323,10 @@ inline void on_static_shared(Runtime& r, void* p, size_t bytes);
 
 // Emulator code called from kernel code (barriers, collectives) reads other threads'
 // stacks and its own state: the checked build must not take those for the kernel's.
+// A plain build keeps no flag (a store or two per barrier is not free: a fiber switch
+// costs a few ns).
+#ifdef ATTNBOOK_CHECKED
+constexpr bool kChecked = true;
 struct EmulatorCode {
   bool& flag;
   bool was;
@@ -331,6 +335,12 @@ struct EmulatorCode {
   }
   ~EmulatorCode() { flag = was; }
 };
+#else
+constexpr bool kChecked = false;
+struct EmulatorCode {
+  explicit EmulatorCode(Runtime&) {}
+};
+#endif
 
 // The runtime of the worker running the calling fiber, found from the stack pointer: a
 // thread_local in a dlopen'ed library costs a call per access, and kernels ask for
@@ -481,15 +491,16 @@ inline void switch_to(Runtime& r, Thread* self, Thread* next) {
 template <class Closure>
 void fiber_main(void* arg) {
   Runtime& r = rt();
-  // A copy on this stack: kernel code reads it (the checked build allows the stack).
+  // A copy on this stack, which the checked build lets kernel code read (it is the
+  // launching thread's otherwise).
   const Closure kernel = *static_cast<const Closure*>(r.closure);
   Thread* self = static_cast<Thread*>(arg);
   Thread* next = nullptr;
   try {
     for (;;) {
-      r.in_kernel = true;
+      if constexpr (kChecked) r.in_kernel = true;
       kernel();
-      r.in_kernel = false;
+      if constexpr (kChecked) r.in_kernel = false;
       self->state = State::Done;
       ++r.done;
       r.warps[self->linear / kWarp].exited |= 1u << (self->linear % kWarp);
