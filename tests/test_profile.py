@@ -65,3 +65,6 @@ def test_profile_is_off_by_default():
         assert ab.toolchain.sanitizer.mode() == ab.toolchain.sanitizer.PROFILE
     with ab.sanitize():
         assert ab.toolchain.sanitizer.mode() == 3
+    with ab.sanitize(racecheck=False):
+        assert ab.toolchain.sanitizer.mode() == ab.toolchain.sanitizer.MEMCHECK
+    assert ab.toolchain.sanitizer.mode() == 0
