@@ -198,8 +198,8 @@ def _resolve(message: str, path: str) -> tuple[str, list[str]]:
 
 
 def run_checked(module, name: str, checks: int, args, kwargs):
-    """Call ``module.name`` (a checked build) with ``checks``, turning what it finds into
-    exceptions and profile counts."""
+    """Call ``module.name`` (a checked build) with ``checks``, turning what it finds
+    into exceptions and profile counts."""
     path = module.__file__
     module.attnbook_checked_begin(checks, _storage_spans([*args, *kwargs.values()]))
     try:

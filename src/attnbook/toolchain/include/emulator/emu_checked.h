@@ -22,8 +22,8 @@
 // * the emulator's state that its built-ins read (threadIdx reads Runtime::cur and the
 //   Thread), silently.
 // Anything else stops the thread with a message naming the access, its call site as
-// "@pc(0x...)" (an offset in this extension, which Python maps to file:line), the block,
-// the thread, and where the address lies.
+// "@pc(0x...)" (an offset in this extension, which Python maps to file:line), the
+// block, the thread, and where the address lies.
 //
 // Racecheck keeps, for every byte of shared memory, who wrote it and who read it since
 // the last barrier (an interval number, so nothing is cleared at a barrier) and reports
@@ -314,7 +314,8 @@ ATTNBOOK_UNCHECKED inline std::string nearest(const std::vector<Span>& spans,
 }
 
 // ---- racecheck ---------------------------------------------------------------------
-ATTNBOOK_UNCHECKED inline bool ordered(const CheckState& c, int a, uint32_t gen, int b) {
+ATTNBOOK_UNCHECKED inline bool ordered(const CheckState& c, int a, uint32_t gen,
+                                       int b) {
   // Same warp, and both lanes have since taken part in a collective.
   return a / kWarp == b / kWarp && c.sync[a] > gen && c.sync[b] > gen;
 }
@@ -361,7 +362,8 @@ ATTNBOOK_HOT inline void race_access(Runtime& r, CheckState& c, Shadow* words,
       e.interval = interval;
       e.writer = e.reader[0] = e.reader[1] = -1;
     }
-    if (e.writer >= 0 && e.writer != t && (e.wmask & m) && !ordered(c, e.writer, e.wgen, t))
+    if (e.writer >= 0 && e.writer != t && (e.wmask & m) &&
+        !ordered(c, e.writer, e.wgen, t))
       hazard(r, c, write ? "write-after-write" : "read-after-write", e.writer, e.wpc,
              "wrote", pc, write ? "writes" : "reads", lo, var, at);
     if (write) {
@@ -520,7 +522,7 @@ ATTNBOOK_UNCHECKED inline void leave_kernel() {
     r->in_kernel = false;
 }
 
-// ---- every access --------------------------------------------------------------------
+// ---- every access ------------------------------------------------------------------
 // The allocation holding [a, a + n), or nullptr (a binary search).
 ATTNBOOK_UNCHECKED inline const Span* allocation(const CheckState& c, uintptr_t a,
                                                  size_t n) {
@@ -589,9 +591,9 @@ ATTNBOOK_UNCHECKED inline void remember(CheckState& c, uintptr_t lo, uintptr_t h
 }
 
 // An access that is not in the remembered region: find its region, check it.
-__attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(Runtime& r, CheckState& c, uintptr_t sp,
-                                        uintptr_t a, size_t n, bool write, bool atomic,
-                                        uintptr_t pc) {
+__attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(
+    Runtime& r, CheckState& c, uintptr_t sp, uintptr_t a, size_t n, bool write,
+    bool atomic, uintptr_t pc) {
   const char* kind = atomic ? "atomic" : write ? "write" : "read";
   bool check = c.mode & kMemcheck;
   auto base = reinterpret_cast<uintptr_t>(&r);
@@ -606,7 +608,7 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(Runtime& r, Ch
       remember(c, c.dyn, c.dyn + c.smem, c.dyn_sh, c.dyn);
       return;
     }
-    if (a < base + sizeof(Runtime)) return;   // the emulator's own state (blockIdx, ...)
+    if (a < base + sizeof(Runtime)) return;   // the emulator's state (blockIdx, ...)
     // Local: the stack slot this fiber runs on.
     uintptr_t first = base + kRuntimeSlots * kSlotBytes;
     uintptr_t mine = (sp - first) / kSlotBytes, its = (a - first) / kSlotBytes;
@@ -669,8 +671,9 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void note_read(const void* p
 
 }  // namespace attnbook_emu
 
-// ---- the Python side's handle on a call (attnbook.toolchain.sanitizer) ---------------
-// begin: the checks to make and the storages of the call's tensors (address, bytes, ...);
+// ---- the Python side's handle on a call (attnbook.toolchain.sanitizer) -------------
+// begin: the checks to make and the storages of the call's tensors (address, bytes,
+// ...);
 // from then on, tensors torch allocates on this thread are added, freed ones removed.
 ATTNBOOK_UNCHECKED inline void attnbook_checked_begin(int64_t mode,
                                                       std::vector<int64_t> spans) {
@@ -687,8 +690,9 @@ ATTNBOOK_UNCHECKED inline void attnbook_checked_begin(int64_t mode,
     if (spans[i + 1] > 0)
       ::attnbook_emu::note_allocation(reinterpret_cast<void*>(spans[i]),
                                       size_t(spans[i + 1]));
-  c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE,
-                                   std::make_shared<::attnbook_emu::AllocationReporter>());
+  c10::ThreadLocalDebugInfo::_push(
+      c10::DebugInfoKind::PROFILER_STATE,
+      std::make_shared<::attnbook_emu::AllocationReporter>());
 }
 
 // end: the launches profiled (kernel, grid xyz, block xyz, dynamic smem, barriers) and
@@ -717,21 +721,21 @@ attnbook_checked_end() {
   return {launches, names, counts};
 }
 
-// ---- what GCC's -fsanitize=thread calls -------------------------------------------------
+// ---- what GCC's -fsanitize=thread calls --------------------------------------------
 // Types as GCC declares these built-ins (unsigned char/short/int/long values, void*).
 #define ATTNBOOK_TSAN extern "C" ATTNBOOK_UNCHECKED
-#define ATTNBOOK_TSAN_ACCESS(N)                                                           \
-  ATTNBOOK_TSAN void __tsan_read##N(void* p) {                                           \
-    ::attnbook_emu::access(p, N, false, __builtin_return_address(0));                      \
-  }                                                                                        \
-  ATTNBOOK_TSAN void __tsan_write##N(void* p) {                                          \
-    ::attnbook_emu::access(p, N, true, __builtin_return_address(0));                       \
-  }                                                                                        \
-  ATTNBOOK_TSAN void __tsan_unaligned_read##N(void* p) {                                 \
-    ::attnbook_emu::access(p, N, false, __builtin_return_address(0));                      \
-  }                                                                                        \
-  ATTNBOOK_TSAN void __tsan_unaligned_write##N(void* p) {                                \
-    ::attnbook_emu::access(p, N, true, __builtin_return_address(0));                       \
+#define ATTNBOOK_TSAN_ACCESS(N)                                                        \
+  ATTNBOOK_TSAN void __tsan_read##N(void* p) {                                         \
+    ::attnbook_emu::access(p, N, false, __builtin_return_address(0));                  \
+  }                                                                                    \
+  ATTNBOOK_TSAN void __tsan_write##N(void* p) {                                        \
+    ::attnbook_emu::access(p, N, true, __builtin_return_address(0));                   \
+  }                                                                                    \
+  ATTNBOOK_TSAN void __tsan_unaligned_read##N(void* p) {                               \
+    ::attnbook_emu::access(p, N, false, __builtin_return_address(0));                  \
+  }                                                                                    \
+  ATTNBOOK_TSAN void __tsan_unaligned_write##N(void* p) {                              \
+    ::attnbook_emu::access(p, N, true, __builtin_return_address(0));                   \
   }
 ATTNBOOK_TSAN_ACCESS(1)
 ATTNBOOK_TSAN_ACCESS(2)
@@ -753,46 +757,46 @@ ATTNBOOK_TSAN void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(5); }
 ATTNBOOK_TSAN void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(5); }
 
 // Atomics: checked as accesses (never as races), then done sequentially consistent.
-#define ATTNBOOK_TSAN_RMW(N, T, OP)                                                      \
-  ATTNBOOK_TSAN T __tsan_atomic##N##_##OP(volatile void* a, T v, int) {                 \
-    ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                            \
-                           __builtin_return_address(0), true);                           \
-    return __atomic_##OP(static_cast<volatile T*>(a), v, __ATOMIC_SEQ_CST);              \
+#define ATTNBOOK_TSAN_RMW(N, T, OP)                                                    \
+  ATTNBOOK_TSAN T __tsan_atomic##N##_##OP(volatile void* a, T v, int) {                \
+    ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                          \
+                           __builtin_return_address(0), true);                         \
+    return __atomic_##OP(static_cast<volatile T*>(a), v, __ATOMIC_SEQ_CST);            \
   }
-#define ATTNBOOK_TSAN_ATOMICS(N, T)                                                      \
-  ATTNBOOK_TSAN T __tsan_atomic##N##_load(const volatile void* a, int) {                \
-    ::attnbook_emu::access(const_cast<void*>(a), N / 8, false,                           \
-                           __builtin_return_address(0), true);                           \
-    return __atomic_load_n(static_cast<const volatile T*>(a), __ATOMIC_SEQ_CST);         \
-  }                                                                                      \
-  ATTNBOOK_TSAN void __tsan_atomic##N##_store(volatile void* a, T v, int) {             \
-    ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                            \
-                           __builtin_return_address(0), true);                           \
-    __atomic_store_n(static_cast<volatile T*>(a), v, __ATOMIC_SEQ_CST);                  \
-  }                                                                                      \
-  ATTNBOOK_TSAN_RMW(N, T, exchange_n)                                                    \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_add)                                                     \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_sub)                                                     \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_and)                                                     \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_or)                                                      \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_xor)                                                     \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_nand)                                                    \
-  ATTNBOOK_TSAN bool __tsan_atomic##N##_compare_exchange_strong(                         \
-      volatile void* a, void* c, T v, int, int) {                                        \
-    ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                            \
-                           __builtin_return_address(0), true);                           \
-    return __atomic_compare_exchange_n(static_cast<volatile T*>(a),                      \
-                                       static_cast<T*>(c), v, false,                     \
-                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);              \
-  }                                                                                      \
-  ATTNBOOK_TSAN bool __tsan_atomic##N##_compare_exchange_weak(                           \
-      volatile void* a, void* c, T v, int m, int f) {                                    \
-    return __tsan_atomic##N##_compare_exchange_strong(a, c, v, m, f);                    \
-  }                                                                                      \
-  ATTNBOOK_TSAN T __tsan_atomic##N##_compare_exchange_val(volatile void* a, T c, T v,    \
-                                                          int m, int f) {                \
-    __tsan_atomic##N##_compare_exchange_strong(a, &c, v, m, f);                          \
-    return c;                                                                            \
+#define ATTNBOOK_TSAN_ATOMICS(N, T)                                                    \
+  ATTNBOOK_TSAN T __tsan_atomic##N##_load(const volatile void* a, int) {               \
+    ::attnbook_emu::access(const_cast<void*>(a), N / 8, false,                         \
+                           __builtin_return_address(0), true);                         \
+    return __atomic_load_n(static_cast<const volatile T*>(a), __ATOMIC_SEQ_CST);       \
+  }                                                                                    \
+  ATTNBOOK_TSAN void __tsan_atomic##N##_store(volatile void* a, T v, int) {            \
+    ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                          \
+                           __builtin_return_address(0), true);                         \
+    __atomic_store_n(static_cast<volatile T*>(a), v, __ATOMIC_SEQ_CST);                \
+  }                                                                                    \
+  ATTNBOOK_TSAN_RMW(N, T, exchange_n)                                                  \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_add)                                                   \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_sub)                                                   \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_and)                                                   \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_or)                                                    \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_xor)                                                   \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_nand)                                                  \
+  ATTNBOOK_TSAN bool __tsan_atomic##N##_compare_exchange_strong(                       \
+      volatile void* a, void* c, T v, int, int) {                                      \
+    ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                          \
+                           __builtin_return_address(0), true);                         \
+    return __atomic_compare_exchange_n(static_cast<volatile T*>(a),                    \
+                                       static_cast<T*>(c), v, false,                   \
+                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);            \
+  }                                                                                    \
+  ATTNBOOK_TSAN bool __tsan_atomic##N##_compare_exchange_weak(                         \
+      volatile void* a, void* c, T v, int m, int f) {                                  \
+    return __tsan_atomic##N##_compare_exchange_strong(a, c, v, m, f);                  \
+  }                                                                                    \
+  ATTNBOOK_TSAN T __tsan_atomic##N##_compare_exchange_val(volatile void* a, T c, T v,  \
+                                                          int m, int f) {              \
+    __tsan_atomic##N##_compare_exchange_strong(a, &c, v, m, f);                        \
+    return c;                                                                          \
   }
 ATTNBOOK_TSAN_ATOMICS(8, unsigned char)
 ATTNBOOK_TSAN_ATOMICS(16, unsigned short)
