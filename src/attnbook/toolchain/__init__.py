@@ -9,5 +9,5 @@ from .emulator import (KernelInterrupted, KernelTimeout, thread_order, time_budg
 from .machine import describe_machine, has_gpu
 from .occupancy import occupancy
 from .ptxas import find_nvcc, ptxas_report
-from .sanitizer import (MemcheckError, ProfileReport, RaceError, SanitizerError, profile,
-                        sanitize)
+from .sanitizer import (MemcheckError, ProfileReport, RaceError, SanitizerError,
+                        profile, sanitize)

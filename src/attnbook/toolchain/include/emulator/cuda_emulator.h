@@ -90,7 +90,8 @@ struct ShflAt {
   T operator()(unsigned mask, T var, int arg, int width = kWarp) const {
   static_assert(sizeof(T) <= 8, "__shfl_*_sync moves at most 8 bytes");
   if (width < 1 || width > kWarp || (width & (width - 1)))
-    leave_kernel(), fail("__shfl_*_sync: width must be a power of two no larger than 32");
+    leave_kernel(),
+        fail("__shfl_*_sync: width must be a power of two no larger than 32");
   ShflLane d{0, 0, arg, width};
   std::memcpy(&d.value, &var, sizeof(T));
   warp_collective(mask, line, &d, &shfl_all<kind>);

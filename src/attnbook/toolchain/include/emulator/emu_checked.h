@@ -25,17 +25,8 @@
 // "@pc(0x...)" (an offset in this extension, which Python maps to file:line), the
 // block, the thread, and where the address lies.
 //
-// Racecheck keeps, for every byte of shared memory, who wrote it and who read it since
-// the last barrier (an interval number, so nothing is cleared at a barrier) and reports
-// read-after-write, write-after-read and write-after-write between two threads that
-// no barrier, and within a warp no collective taken by both, puts in order.
-//
-// The profile logs each thread's global and shared accesses between two barriers; at
-// the barrier, a warp's accesses are grouped by instruction (call site) and occurrence
-// (the k-th execution of an instruction by each lane is one warp-wide request) and
-// counted as a GPU would: 32-byte sectors for global memory, and for shared memory
-// wavefronts over 32 banks of 4 bytes, a 64-bit access in two phases of 16 lanes and a
-// 128-bit one in four phases of 8 (CUDA C++ Programming Guide, shared memory).
+// Racecheck (emu_racecheck.h) and the profile (emu_profile.h) work on the same
+// accesses; GCC's entry points are in emu_tsan_hooks.h.
 #pragma once
 
 #include <algorithm>
@@ -259,6 +250,26 @@ ATTNBOOK_UNCHECKED inline void on_static_shared(Runtime& r, void* p, size_t byte
   c->live[c->nlive++] = {a, a + bytes};
 }
 
+// The allocation holding [a, a + n), or nullptr (a binary search).
+ATTNBOOK_UNCHECKED inline const Span* allocation(const CheckState& c, uintptr_t a,
+                                                 size_t n) {
+  size_t lo = 0, hi = c.nallocs;   // the first span starting after a is allocs[lo]
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c.allocs[mid].lo <= a) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo > 0 && a + n <= c.allocs[lo - 1].hi ? &c.allocs[lo - 1] : nullptr;
+}
+
+}  // namespace attnbook_emu
+
+// The two checks beside memcheck, on the state above.
+#include "emu_racecheck.h"
+#include "emu_profile.h"
+
+namespace attnbook_emu {
+
 // ---- where an address lies ---------------------------------------------------------
 // `what` names [lo, hi) with a %zu for its size: "a %zu-byte allocation".
 ATTNBOOK_UNCHECKED inline std::string describe(uintptr_t a, size_t n, uintptr_t lo,
@@ -313,165 +324,6 @@ ATTNBOOK_UNCHECKED inline std::string nearest(const std::vector<Span>& spans,
   __builtin_unreachable();
 }
 
-// ---- racecheck ---------------------------------------------------------------------
-ATTNBOOK_UNCHECKED inline bool ordered(const CheckState& c, int a, uint32_t gen,
-                                       int b) {
-  // Same warp, and both lanes have since taken part in a collective.
-  return a / kWarp == b / kWarp && c.sync[a] > gen && c.sync[b] > gen;
-}
-
-ATTNBOOK_COLD inline void hazard(Runtime& r, CheckState& c, const char* kind,
-                                 int first, uint32_t first_pc, const char* did,
-                                 uintptr_t pc, const char* does, uintptr_t a,
-                                 size_t var, size_t offset) {
-  if (c.races++) return;
-  char region[64];   // var: the __shared__ variable's size, 0 for dynamic shared memory
-  if (var) std::snprintf(region, sizeof region, "a %zu-byte __shared__ variable", var);
-  else std::snprintf(region, sizeof region, "dynamic shared memory");
-  const Thread& t0 = r.threads[first];
-  const Thread& t1 = *r.cur;
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "racecheck: %s hazard on shared memory in kernel '%s', block "
-                "(%u,%u,%u): thread (%u,%u,%u) %s address 0x%llx (byte %zu of %s) at "
-                "@pc(0x%x), then thread (%u,%u,%u) %s it at @pc(0x%llx), with no "
-                "barrier between them", kind, r.kernel, r.block_idx.x, r.block_idx.y,
-                r.block_idx.z, t0.tid.x, t0.tid.y, t0.tid.z, did, (unsigned long long)a,
-                offset, region, first_pc, t1.tid.x, t1.tid.y, t1.tid.z, does,
-                (unsigned long long)(pc - session().module_base));
-  c.race = buf;
-}
-
-// An access to [a, a + n) of shared memory whose first word, at `base`, has the record
-// words[0]; `var` and `offset` only name the place in a report.
-ATTNBOOK_HOT inline void race_access(Runtime& r, CheckState& c, Shadow* words,
-                                           uintptr_t base, uintptr_t a, size_t n,
-                                           bool write, uintptr_t pc, size_t var,
-                                           size_t offset) {
-  int t = r.cur->linear;
-  uint32_t gen = c.gen[t / kWarp], here = uint32_t(pc - c.module_base);
-  auto interval = uint32_t(c.interval);
-  for (uintptr_t w = (a - base) / 4; w <= (a + n - 1 - base) / 4; ++w) {
-    // std::min and max would be calls (instrumented ones): see the top of the file.
-    uintptr_t lo = a > base + 4 * w ? a : base + 4 * w;
-    uintptr_t hi = a + n < base + 4 * w + 4 ? a + n : base + 4 * w + 4;
-    auto m = uint8_t(((1u << (hi - lo)) - 1) << (lo - base - 4 * w));
-    size_t at = offset + (lo - a);
-    Shadow& e = words[w];
-    if (e.interval != interval) {
-      e.interval = interval;
-      e.writer = e.reader[0] = e.reader[1] = -1;
-    }
-    if (e.writer >= 0 && e.writer != t && (e.wmask & m) &&
-        !ordered(c, e.writer, e.wgen, t))
-      hazard(r, c, write ? "write-after-write" : "read-after-write", e.writer, e.wpc,
-             "wrote", pc, write ? "writes" : "reads", lo, var, at);
-    if (write) {
-      for (int k = 0; k < 2; ++k)
-        if (e.reader[k] >= 0 && e.reader[k] != t && (e.rmask[k] & m) &&
-            !ordered(c, e.reader[k], e.rgen[k], t))
-          hazard(r, c, "write-after-read", e.reader[k], e.rpc[k], "read", pc, "writes",
-                 lo, var, at);
-      e.wmask = e.writer == t ? uint8_t(e.wmask | m) : m;
-      e.writer = int16_t(t);
-      e.wgen = gen;
-      e.wpc = here;
-    } else {
-      int k = e.reader[0] < 0 || e.reader[0] == t ? 0 : 1;
-      if (k == 1 && e.reader[1] >= 0 && e.reader[1] != t) continue;   // two kept
-      e.rmask[k] = e.reader[k] == t ? uint8_t(e.rmask[k] | m) : m;
-      e.reader[k] = int16_t(t);
-      e.rgen[k] = gen;
-      e.rpc[k] = here;
-    }
-  }
-}
-
-ATTNBOOK_UNCHECKED inline void on_warp_sync(Runtime& r, int warp, uint32_t group) {
-  CheckState* c = r.check;
-  if (!c) return;
-  uint32_t g = ++c->gen[warp];
-  for (int l = 0; l < kWarp; ++l)
-    if (group & (1u << l)) c->sync[warp * kWarp + l] = g;
-}
-
-// ---- the profile -------------------------------------------------------------------
-ATTNBOOK_UNCHECKED inline int64_t distinct(std::vector<uint64_t>& v) {
-  std::sort(v.begin(), v.end());
-  return std::unique(v.begin(), v.end()) - v.begin();
-}
-
-// One warp-wide request: lane l accessed [addr[l], addr[l] + size[l]) if l is in mask.
-struct Request {
-  uintptr_t addr[kWarp];
-  uint8_t size[kWarp];
-  uint32_t mask = 0;
-};
-
-ATTNBOOK_UNCHECKED inline void count(Counts& k, const Request& q, int space) {
-  std::vector<uint64_t> keys;
-  ++k.requests;
-  int widest = 1;
-  for (int l = 0; l < kWarp; ++l)
-    if (q.mask & (1u << l)) {
-      k.bytes += q.size[l];
-      widest = std::max<int>(widest, q.size[l]);
-    }
-  if (space == kGlobal) {
-    for (int l = 0; l < kWarp; ++l)
-      if (q.mask & (1u << l))
-        for (uintptr_t s = q.addr[l] / 32; s <= (q.addr[l] + q.size[l] - 1) / 32; ++s)
-          keys.push_back(s);
-    k.units += distinct(keys);
-    return;
-  }
-  // Shared: lanes are split into phases (8-byte accesses: 2 of 16 lanes, 16-byte: 4 of
-  // 8); a phase takes as many wavefronts as the most distinct 4-byte words any one bank
-  // holds (lanes reading the same word share it).
-  int lanes = widest <= 4 ? kWarp : kWarp * 4 / widest;
-  for (int p = 0; p < kWarp; p += lanes) {
-    keys.clear();
-    for (int l = p; l < p + lanes; ++l)
-      if (q.mask & (1u << l))
-        for (uintptr_t w = q.addr[l] / 4; w <= (q.addr[l] + q.size[l] - 1) / 4; ++w)
-          keys.push_back((uint64_t(w % 32) << 58) | (w & ((uint64_t(1) << 58) - 1)));
-    if (keys.empty()) continue;
-    keys.resize(distinct(keys));
-    int64_t most = 0, run = 0;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      run = (i && keys[i] >> 58 == keys[i - 1] >> 58) ? run + 1 : 1;
-      most = std::max(most, run);
-    }
-    k.units += most;
-    ++k.ideal;
-  }
-}
-
-// Group each warp's logged accesses into requests and count them.
-ATTNBOOK_UNCHECKED inline void flush_profile(Runtime& r, CheckState& c) {
-  for (size_t w = 0; w < r.warps.size(); ++w) {
-    std::map<std::tuple<uintptr_t, int, int>, std::vector<Request>> requests;
-    for (int l = 0; l < kWarp && int(w) * kWarp + l < r.nthreads; ++l) {
-      std::unordered_map<uintptr_t, size_t> seen;
-      auto& log = c.log[w * kWarp + l];
-      for (const Access& e : log) {
-        auto& v = requests[{e.pc, e.space, e.write}];
-        size_t k = seen[e.pc]++;
-        if (k >= v.size()) v.resize(k + 1);
-        v[k].addr[l] = e.addr;
-        v[k].size[l] = e.size;
-        v[k].mask |= 1u << l;
-      }
-      log.clear();
-    }
-    for (auto& [key, v] : requests) {
-      auto [pc, space, write] = key;
-      Counts& k = c.counts[{c.launch, pc - session().module_base, space, write}];
-      for (const Request& q : v) count(k, q, space);
-    }
-  }
-}
-
 ATTNBOOK_UNCHECKED inline void on_barrier(Runtime& r) {
   CheckState* c = r.check;
   if (!c) return;
@@ -523,33 +375,6 @@ ATTNBOOK_UNCHECKED inline void leave_kernel() {
 }
 
 // ---- every access ------------------------------------------------------------------
-// The allocation holding [a, a + n), or nullptr (a binary search).
-ATTNBOOK_UNCHECKED inline const Span* allocation(const CheckState& c, uintptr_t a,
-                                                 size_t n) {
-  size_t lo = 0, hi = c.nallocs;   // the first span starting after a is allocs[lo]
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (c.allocs[mid].lo <= a) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo > 0 && a + n <= c.allocs[lo - 1].hi ? &c.allocs[lo - 1] : nullptr;
-}
-
-// The profile's log: global and shared accesses (not atomics, not local memory).
-ATTNBOOK_UNCHECKED inline void log_access(Runtime& r, CheckState& c, uintptr_t a,
-                                          size_t n, bool write, bool atomic,
-                                          uintptr_t pc) {
-  if (atomic || n > 16) return;
-  int space;
-  if ((a >= c.dyn && a < c.dyn + c.smem) || (a >= c.tls_lo && a < c.tls_hi))
-    space = kShared;
-  else if (allocation(c, a, n))
-    space = kGlobal;
-  else
-    return;
-  c.log[r.cur->linear].push_back({pc, a, uint8_t(n), uint8_t(space), write});
-}
-
 // Why an access is out of bounds; the message's detail is made only when it is.
 enum Bad { kDynamicPastEnd, kStaticShared, kGuard, kOtherStack, kGlobalMemory };
 
@@ -721,87 +546,4 @@ attnbook_checked_end() {
   return {launches, names, counts};
 }
 
-// ---- what GCC's -fsanitize=thread calls --------------------------------------------
-// Types as GCC declares these built-ins (unsigned char/short/int/long values, void*).
-#define ATTNBOOK_TSAN extern "C" ATTNBOOK_UNCHECKED
-#define ATTNBOOK_TSAN_ACCESS(N)                                                        \
-  ATTNBOOK_TSAN void __tsan_read##N(void* p) {                                         \
-    ::attnbook_emu::access(p, N, false, __builtin_return_address(0));                  \
-  }                                                                                    \
-  ATTNBOOK_TSAN void __tsan_write##N(void* p) {                                        \
-    ::attnbook_emu::access(p, N, true, __builtin_return_address(0));                   \
-  }                                                                                    \
-  ATTNBOOK_TSAN void __tsan_unaligned_read##N(void* p) {                               \
-    ::attnbook_emu::access(p, N, false, __builtin_return_address(0));                  \
-  }                                                                                    \
-  ATTNBOOK_TSAN void __tsan_unaligned_write##N(void* p) {                              \
-    ::attnbook_emu::access(p, N, true, __builtin_return_address(0));                   \
-  }
-ATTNBOOK_TSAN_ACCESS(1)
-ATTNBOOK_TSAN_ACCESS(2)
-ATTNBOOK_TSAN_ACCESS(4)
-ATTNBOOK_TSAN_ACCESS(8)
-ATTNBOOK_TSAN_ACCESS(16)
-ATTNBOOK_TSAN void __tsan_read_range(void* p, unsigned long n) {
-  ::attnbook_emu::access(p, n, false, __builtin_return_address(0));
-}
-ATTNBOOK_TSAN void __tsan_write_range(void* p, unsigned long n) {
-  ::attnbook_emu::access(p, n, true, __builtin_return_address(0));
-}
-ATTNBOOK_TSAN void __tsan_vptr_update(void**, void*) {}
-ATTNBOOK_TSAN void __tsan_vptr_read(void**) {}
-ATTNBOOK_TSAN void __tsan_func_entry(void*) {}
-ATTNBOOK_TSAN void __tsan_func_exit() {}
-ATTNBOOK_TSAN void __tsan_init() {}
-ATTNBOOK_TSAN void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(5); }
-ATTNBOOK_TSAN void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(5); }
-
-// Atomics: checked as accesses (never as races), then done sequentially consistent.
-#define ATTNBOOK_TSAN_RMW(N, T, OP)                                                    \
-  ATTNBOOK_TSAN T __tsan_atomic##N##_##OP(volatile void* a, T v, int) {                \
-    ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                          \
-                           __builtin_return_address(0), true);                         \
-    return __atomic_##OP(static_cast<volatile T*>(a), v, __ATOMIC_SEQ_CST);            \
-  }
-#define ATTNBOOK_TSAN_ATOMICS(N, T)                                                    \
-  ATTNBOOK_TSAN T __tsan_atomic##N##_load(const volatile void* a, int) {               \
-    ::attnbook_emu::access(const_cast<void*>(a), N / 8, false,                         \
-                           __builtin_return_address(0), true);                         \
-    return __atomic_load_n(static_cast<const volatile T*>(a), __ATOMIC_SEQ_CST);       \
-  }                                                                                    \
-  ATTNBOOK_TSAN void __tsan_atomic##N##_store(volatile void* a, T v, int) {            \
-    ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                          \
-                           __builtin_return_address(0), true);                         \
-    __atomic_store_n(static_cast<volatile T*>(a), v, __ATOMIC_SEQ_CST);                \
-  }                                                                                    \
-  ATTNBOOK_TSAN_RMW(N, T, exchange_n)                                                  \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_add)                                                   \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_sub)                                                   \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_and)                                                   \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_or)                                                    \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_xor)                                                   \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_nand)                                                  \
-  ATTNBOOK_TSAN bool __tsan_atomic##N##_compare_exchange_strong(                       \
-      volatile void* a, void* c, T v, int, int) {                                      \
-    ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                          \
-                           __builtin_return_address(0), true);                         \
-    return __atomic_compare_exchange_n(static_cast<volatile T*>(a),                    \
-                                       static_cast<T*>(c), v, false,                   \
-                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);            \
-  }                                                                                    \
-  ATTNBOOK_TSAN bool __tsan_atomic##N##_compare_exchange_weak(                         \
-      volatile void* a, void* c, T v, int m, int f) {                                  \
-    return __tsan_atomic##N##_compare_exchange_strong(a, c, v, m, f);                  \
-  }                                                                                    \
-  ATTNBOOK_TSAN T __tsan_atomic##N##_compare_exchange_val(volatile void* a, T c, T v,  \
-                                                          int m, int f) {              \
-    __tsan_atomic##N##_compare_exchange_strong(a, &c, v, m, f);                        \
-    return c;                                                                          \
-  }
-ATTNBOOK_TSAN_ATOMICS(8, unsigned char)
-ATTNBOOK_TSAN_ATOMICS(16, unsigned short)
-ATTNBOOK_TSAN_ATOMICS(32, unsigned int)
-ATTNBOOK_TSAN_ATOMICS(64, unsigned long)
-#undef ATTNBOOK_TSAN_ATOMICS
-#undef ATTNBOOK_TSAN_RMW
-#undef ATTNBOOK_TSAN_ACCESS
+#include "emu_tsan_hooks.h"
