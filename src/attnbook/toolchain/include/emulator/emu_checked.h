@@ -149,6 +149,9 @@ struct CheckState {
   // The region of the last access that passed (ok_len 0: none), its racecheck shadow
   // (nullptr: not shared memory) and, for a __shared__ variable, its size.
   uintptr_t ok_lo = 0, ok_len = 0;
+  // The usable part of the last stack slot that passed (far from any user address
+  // until then).
+  uintptr_t stack_lo = uintptr_t(1) << 63;
   Shadow* ok_sh = nullptr;   // the record of the word at ok_base
   uintptr_t ok_base = 0;
   size_t ok_var = 0;
@@ -237,6 +240,7 @@ ATTNBOOK_UNCHECKED inline void on_block_start(Runtime& r, const Job& job) {
   c.nallocs = s.allocations.size();
   c.nlive = 0;
   c.ok_len = 0;
+  c.stack_lo = uintptr_t(1) << 63;
   c.dyn_sh = c.dyn_shadow.data();
   c.tls_sh = c.tls_shadow.data();
   c.gen = c.warp_gen.data();
@@ -438,8 +442,10 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(
     uintptr_t first = base + kRuntimeSlots * kSlotBytes;
     uintptr_t mine = (sp - first) / kSlotBytes, its = (a - first) / kSlotBytes;
     uintptr_t lo = first + its * kSlotBytes + kGuardBytes;
-    if (its == mine && a >= lo && a + n <= lo + kSlotBytes - kGuardBytes)
-      return remember(c, lo, lo + kSlotBytes - kGuardBytes);
+    if (its == mine && a >= lo && a + n <= lo + kSlotBytes - kGuardBytes) {
+      c.stack_lo = lo;
+      return;
+    }
     if (check) bad_access(r, c, its == mine ? kGuard : kOtherStack, a, n, kind, pc);
     return;
   }
@@ -473,17 +479,23 @@ ATTNBOOK_HOT inline void access(const void* p, size_t n, bool write, void* ret,
   CheckState& c = *r->check;
   auto a = reinterpret_cast<uintptr_t>(p);
   auto pc = reinterpret_cast<uintptr_t>(ret) - 1;   // inside the calling instruction
-  // What follows calls instrumented code: its accesses must not count, nor recurse.
-  r->in_kernel = false;
-  if (c.mode & kProfile) log_access(*r, c, a, n, write, atomic, pc);
-  // Most accesses fall in the region of the one before: checked, only racecheck's
-  // record is left to keep.
-  if (!atomic && a - c.ok_lo < c.ok_len && n <= c.ok_lo + c.ok_len - a) {
+  // The thread's own stack, and the region of the last other access that passed,
+  // take most accesses: checked, only racecheck's record is left to keep
+  // (race_access calls nothing instrumented but hazard, which looks after itself).
+  constexpr uintptr_t kStack = kSlotBytes - kGuardBytes;
+  if (a - c.stack_lo < kStack && n <= c.stack_lo + kStack - a &&
+      sp - c.stack_lo < kStack && !(c.mode & kProfile))
+    return;
+  bool known = !atomic && a - c.ok_lo < c.ok_len && n <= c.ok_lo + c.ok_len - a;
+  if (known) {
     if (c.ok_sh && (c.mode & kRacecheck))
       race_access(*r, c, c.ok_sh, c.ok_base, a, n, write, pc, c.ok_var, a - c.ok_lo);
-  } else {
-    classify(*r, c, sp, a, n, write, atomic, pc);
+    if (!(c.mode & kProfile)) return;
   }
+  // What follows calls instrumented code: its accesses must not count, nor recurse.
+  r->in_kernel = false;
+  if (!known) classify(*r, c, sp, a, n, write, atomic, pc);
+  if (c.mode & kProfile) log_access(*r, c, a, n, write, atomic, pc);
   r->in_kernel = true;
 }
 

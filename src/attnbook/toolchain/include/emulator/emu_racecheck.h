@@ -22,6 +22,8 @@ ATTNBOOK_COLD inline void hazard(Runtime& r, CheckState& c, const char* kind,
                                  uintptr_t pc, const char* does, uintptr_t a,
                                  size_t var, size_t offset) {
   if (c.races++) return;
+  bool was = r.in_kernel;   // what follows is instrumented: not the kernel's accesses
+  r.in_kernel = false;
   char region[64];   // var: the __shared__ variable's size, 0 for dynamic shared memory
   if (var) std::snprintf(region, sizeof region, "a %zu-byte __shared__ variable", var);
   else std::snprintf(region, sizeof region, "dynamic shared memory");
@@ -37,6 +39,7 @@ ATTNBOOK_COLD inline void hazard(Runtime& r, CheckState& c, const char* kind,
                 offset, region, first_pc, t1.tid.x, t1.tid.y, t1.tid.z, does,
                 (unsigned long long)(pc - session().module_base));
   c.race = buf;
+  r.in_kernel = was;
 }
 
 // An access to [a, a + n) of shared memory whose first word, at `base`, has the record
