@@ -32,8 +32,19 @@ __global__ void static_overrun(float* out, int n) {
 __global__ void atomic_past_end(float* out, int n) {
   atomicAdd(&out[n], 1.f);  // @atomic
 }
+// Thread 0 hands the others the address of one of its locals.
+__global__ void foreign_local(const float* x, float* out, int n) {
+  __shared__ const float* where;
+  float mine[2] = {x[threadIdx.x], 0.f};
+  if (threadIdx.x == 0) where = mine;
+  __syncthreads();
+  out[threadIdx.x] = where[0];  // @foreign
+  __syncthreads();
+}
 
-// ---- clean: block sums through dynamic shared memory, a warp reduction, atomics ----
+// ---- clean: block sums through dynamic shared memory, a warp reduction, atomics, a
+// __constant__ ----
+__constant__ float kOne[1] = {1.f};
 __global__ void block_sum(const float* x, float* out, int n) {
   extern __shared__ float part[];
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -44,7 +55,7 @@ __global__ void block_sum(const float* x, float* out, int n) {
   if (threadIdx.x == 0) {
     float s = 0.f;
     for (int w = 0; w < blockDim.x / 32; ++w) s += part[w];
-    atomicAdd(out, s);
+    atomicAdd(out, s * kOne[0]);
   }
 }
 // Within one warp, __syncwarp and a shuffle order the accesses: no hazard.
@@ -123,7 +134,8 @@ void launch_checked_case(int which, const float* x, float* out, int n, int block
     case 8: hidden_war<<<blocks, threads>>>(x, out, n); break;
     case 9: strided_load<<<blocks, threads>>>(x, out, n); break;
     case 10: tile_columns<<<blocks, threads, smem>>>(x, out, n); break;
-    default: wide_loads<<<blocks, threads>>>(x, out, n); break;
+    case 11: wide_loads<<<blocks, threads>>>(x, out, n); break;
+    default: foreign_local<<<blocks, threads>>>(x, out, n); break;
   }
 }
 """
@@ -139,7 +151,7 @@ void run_case(int64_t which, at::Tensor x, at::Tensor out, int64_t n, int64_t bl
 
 CASES = ["write_past_end", "read_before_start", "dynamic_overrun", "static_overrun",
          "atomic_past_end", "block_sum", "warp_ordered", "shared_counter", "hidden_war",
-         "strided_load", "tile_columns", "wide_loads"]
+         "strided_load", "tile_columns", "wide_loads", "foreign_local"]
 
 
 @functools.cache

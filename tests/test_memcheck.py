@@ -68,6 +68,16 @@ def test_atomic_past_the_end():
     assert (info.value.kind, info.value.location) == ("atomic", line_of("atomic"))
 
 
+def test_local_memory_of_another_thread():
+    x, out = torch.ones(32), torch.zeros(32)
+    with ab.sanitize(), pytest.raises(ab.MemcheckError) as info:
+        run("foreign_local", x, out)
+    e = info.value
+    assert (e.kind, e.space, e.location) == ("read", "local", line_of("foreign"))
+    assert e.thread == (1, 0, 0)
+    assert e.detail == "is in the stack of another thread"
+
+
 def test_clean_kernels_pass_and_compute_the_same():
     x = torch.arange(1000, dtype=torch.float32)
     expected = torch.zeros(1)

@@ -33,6 +33,10 @@ Linux only; a thread inside a library call, ``printf``, is caught once it is bac
 loop spending nearly all its time in ``printf`` to a file may take many seconds).
 An empty loop on a value that cannot change (``while (flag == 0) {}`` on a plain,
 non-``volatile`` variable) is removed by the C++ compiler, which may assume loops end.
+
+Inside :func:`attnbook.sanitize` (memcheck, racecheck) and :func:`attnbook.profile`,
+launches run a checked build of the same text instead (see
+:mod:`attnbook.toolchain.sanitizer`).
 """
 from __future__ import annotations
 
