@@ -32,7 +32,6 @@
 #include <algorithm>
 #include <map>
 #include <tuple>
-#include <unordered_map>
 #include <vector>
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -113,11 +112,12 @@ ATTNBOOK_UNCHECKED inline void on_new_worker(Runtime& r) {
   __atomic_store_n(&arenas[(a / kArenaBytes) % kArenaTable], &r, __ATOMIC_RELEASE);
 }
 
-// A kernel's access, as logged for the profile.
-struct Access {
-  uintptr_t pc, addr;
-  uint8_t size, space, write;
-};
+}  // namespace attnbook_emu
+
+// The profile's state and counting, which CheckState holds.
+#include "emu_profile.h"
+
+namespace attnbook_emu {
 
 // Racecheck's record of one 4-byte word of shared memory in the current interval:
 // one writer and up to two readers, each with the bytes it touched (a mask), its
@@ -163,9 +163,7 @@ struct CheckState {
   std::vector<Shadow> dyn_shadow, tls_shadow;
   std::string race;
   int races = 0;
-  std::vector<std::vector<Access>> log;   // per thread, since the last barrier
-  std::map<CountKey, Counts> counts;
-  int64_t barriers = 0;
+  ProfileState profile;
 };
 
 ATTNBOOK_UNCHECKED inline void find_module(Session& s) {
@@ -214,7 +212,7 @@ ATTNBOOK_UNCHECKED inline void on_block_start(Runtime& r, const Job& job) {
   }
   CheckState& c = *r.check;
   c.mode = s.mode;
-  c.module_base = s.module_base;
+  c.module_base = c.profile.module_base = s.module_base;
   c.job = &job;
   c.launch = int64_t(s.launches.size()) - 1;
   ++c.interval;
@@ -227,7 +225,13 @@ ATTNBOOK_UNCHECKED inline void on_block_start(Runtime& r, const Job& job) {
     size_t tls_words = (c.tls_hi - c.tls_lo) / 4 + 1;
     if (c.tls_shadow.size() < tls_words) c.tls_shadow.resize(tls_words);
   }
-  if (c.mode & kProfile) c.log.resize(r.nthreads);
+  if ((c.mode & kProfile) && c.profile.nlogs < size_t(r.nthreads)) {
+    size_t bytes = r.nthreads * sizeof(Buffer<Access>);
+    c.profile.logs = static_cast<Buffer<Access>*>(std::realloc(c.profile.logs, bytes));
+    for (size_t t = c.profile.nlogs; t < size_t(r.nthreads); ++t)
+      c.profile.logs[t] = Buffer<Access>();
+    c.profile.nlogs = r.nthreads;
+  }
   c.dyn = reinterpret_cast<uintptr_t>(r.dynamic_smem);
   c.smem = job.smem;
   c.params = reinterpret_cast<uintptr_t>(job.params);
@@ -268,9 +272,8 @@ ATTNBOOK_UNCHECKED inline const Span* allocation(const CheckState& c, uintptr_t 
 
 }  // namespace attnbook_emu
 
-// The two checks beside memcheck, on the state above.
+// Racecheck, on the state above.
 #include "emu_racecheck.h"
-#include "emu_profile.h"
 
 namespace attnbook_emu {
 
@@ -332,28 +335,30 @@ ATTNBOOK_UNCHECKED inline void on_barrier(Runtime& r) {
   CheckState* c = r.check;
   if (!c) return;
   ++c->interval;
-  ++c->barriers;
-  if (c->mode & kProfile) flush_profile(r, *c);
+  ++c->profile.barriers;
+  if (c->mode & kProfile) flush_profile(r, c->profile);
 }
 
 ATTNBOOK_UNCHECKED inline void on_block_end(Runtime& r) {
   CheckState* c = r.check;
   if (!c) return;
+  ProfileState& f = c->profile;
   if (c->mode & kProfile) {
-    flush_profile(r, *c);
+    flush_profile(r, f);
     Session& s = session();
     std::lock_guard<std::mutex> lock(s.m);
-    for (auto& [key, k] : c->counts) {
-      Counts& t = s.counts[key];
-      t.requests += k.requests;
-      t.units += k.units;
-      t.ideal += k.ideal;
-      t.bytes += k.bytes;
+    for (size_t i = 0; i < f.counts.n; ++i) {
+      const LineCount& k = f.counts.data[i];
+      Counts& t = s.counts[{c->launch, k.pc, k.space, k.write}];
+      t.requests += k.counts.requests;
+      t.units += k.counts.units;
+      t.ideal += k.counts.ideal;
+      t.bytes += k.counts.bytes;
     }
-    if (c->launch >= 0) s.launches[c->launch].barriers += c->barriers;
+    if (c->launch >= 0) s.launches[c->launch].barriers += f.barriers;
   }
-  c->counts.clear();
-  c->barriers = 0;
+  f.counts.n = 0;
+  f.barriers = 0;
   if (c->races) {
     std::string msg = c->race;
     if (c->races > 1)
@@ -379,6 +384,21 @@ ATTNBOOK_UNCHECKED inline void leave_kernel() {
 }
 
 // ---- every access ------------------------------------------------------------------
+// The profile's log: global and shared accesses (not atomics, not local memory).
+ATTNBOOK_UNCHECKED inline void log_access(Runtime& r, CheckState& c, uintptr_t a,
+                                          size_t n, bool write, bool atomic,
+                                          uintptr_t pc) {
+  if (atomic || n > 16) return;
+  int space;
+  if ((a >= c.dyn && a < c.dyn + c.smem) || (a >= c.tls_lo && a < c.tls_hi))
+    space = kShared;
+  else if (allocation(c, a, n))
+    space = kGlobal;
+  else
+    return;
+  c.profile.logs[r.cur->linear].push() = {pc, a, uint8_t(n), uint8_t(space), write};
+}
+
 // Why an access is out of bounds; the message's detail is made only when it is.
 enum Bad { kDynamicPastEnd, kStaticShared, kGuard, kOtherStack, kGlobalMemory };
 

@@ -6,40 +6,121 @@
 // wavefronts over 32 banks of 4 bytes, a 64-bit access in two phases of 16 lanes and a
 // 128-bit one in four phases of 8 (CUDA C++ Programming Guide, shared memory).
 //
-// Part of the emulator's checked build, included by emu_checked.h after its state
-// (CheckState); see there for the whole design.
+// Part of the emulator's checked build, included by emu_checked.h before its state
+// (CheckState, which holds a ProfileState); see there for the whole design.
 #pragma once
 
 namespace attnbook_emu {
 
 // ---- the profile -------------------------------------------------------------------
-ATTNBOOK_UNCHECKED inline int64_t distinct(std::vector<uint64_t>& v) {
-  std::sort(v.begin(), v.end());
-  return std::unique(v.begin(), v.end()) - v.begin();
-}
+// Everything here works on raw memory (libc's malloc): an STL container's members would
+// be instrumented calls, each reporting its own accesses (see emu_checked.h).
+
+// A map from 64-bit keys (never ~0) to 32-bit values, by open addressing.
+struct Table {
+  uint64_t* keys = nullptr;
+  uint32_t* vals = nullptr;
+  size_t cap = 0;
+
+  // Empty, with room for `n` keys.
+  ATTNBOOK_UNCHECKED void reset(size_t n) {
+    size_t want = 16;
+    while (want < 2 * n) want *= 2;
+    if (want > cap) {
+      std::free(keys);
+      std::free(vals);
+      keys = static_cast<uint64_t*>(std::malloc(want * sizeof *keys));
+      vals = static_cast<uint32_t*>(std::malloc(want * sizeof *vals));
+      cap = want;
+    }
+    std::memset(keys, 0xff, cap * sizeof *keys);
+  }
+  // The value of `k`, 0 when new.
+  ATTNBOOK_UNCHECKED uint32_t& at(uint64_t k) {
+    size_t i = (k * 0x9e3779b97f4a7c15ull) >> 20 & (cap - 1);
+    while (keys[i] != k && keys[i] != ~uint64_t(0)) i = (i + 1) & (cap - 1);
+    if (keys[i] != k) {
+      keys[i] = k;
+      vals[i] = 0;
+    }
+    return vals[i];
+  }
+};
+
+// A growable array of trivially copyable T.
+template <class T>
+struct Buffer {
+  T* data = nullptr;
+  size_t n = 0, cap = 0;
+  ATTNBOOK_UNCHECKED T& push() {
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      data = static_cast<T*>(std::realloc(data, cap * sizeof(T)));
+    }
+    return data[n++];
+  }
+};
+
+// A kernel's access, as logged for the profile.
+struct Access {
+  uintptr_t pc, addr;
+  uint8_t size, space, write;
+};
 
 // One warp-wide request: lane l accessed [addr[l], addr[l] + size[l]) if l is in mask.
 struct Request {
-  uintptr_t addr[kWarp];
+  uint32_t pc, mask;
+  uint8_t space, write;
   uint8_t size[kWarp];
-  uint32_t mask = 0;
+  uintptr_t addr[kWarp];
 };
 
-ATTNBOOK_UNCHECKED inline void count(Counts& k, const Request& q, int space) {
-  std::vector<uint64_t> keys;
+// A source instruction's counts in a block.
+struct LineCount {
+  uint32_t pc;   // an offset in this extension
+  uint8_t space, write;
+  Counts counts;
+};
+
+// A worker's profile of the block it runs.
+struct ProfileState {
+  uintptr_t module_base = 0;
+  Buffer<Access>* logs = nullptr;   // per thread, since the last barrier
+  size_t nlogs = 0;
+  Buffer<Request> requests;         // of the warp being counted
+  Table request_of, seen, count_of;
+  Buffer<LineCount> counts;
+  int64_t barriers = 0;
+};
+
+// How many distinct values v[0..n) holds (sorts them).
+ATTNBOOK_UNCHECKED inline int distinct(uint64_t* v, int n) {
+  for (int i = 1; i < n; ++i)   // insertion sort: n is at most a few hundred
+    for (int j = i; j > 0 && v[j - 1] > v[j]; --j) {
+      uint64_t t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  int d = 0;
+  for (int i = 0; i < n; ++i) d += i == 0 || v[i] != v[i - 1];
+  return d;
+}
+
+ATTNBOOK_UNCHECKED inline void count(Counts& k, const Request& q) {
+  uint64_t keys[kWarp * 5];   // a lane's 16 bytes span at most 2 sectors or 5 words
+  int n = 0, widest = 1;
   ++k.requests;
-  int widest = 1;
   for (int l = 0; l < kWarp; ++l)
     if (q.mask & (1u << l)) {
       k.bytes += q.size[l];
-      widest = std::max<int>(widest, q.size[l]);
+      widest = q.size[l] > widest ? q.size[l] : widest;
     }
-  if (space == kGlobal) {
+  if (q.space == kGlobal) {
     for (int l = 0; l < kWarp; ++l)
       if (q.mask & (1u << l))
         for (uintptr_t s = q.addr[l] / 32; s <= (q.addr[l] + q.size[l] - 1) / 32; ++s)
-          keys.push_back(s);
-    k.units += distinct(keys);
+          keys[n++] = s;
+    k.units += distinct(keys, n);
     return;
   }
   // Shared: lanes are split into phases (8-byte accesses: 2 of 16 lanes, 16-byte: 4 of
@@ -47,61 +128,66 @@ ATTNBOOK_UNCHECKED inline void count(Counts& k, const Request& q, int space) {
   // holds (lanes reading the same word share it).
   int lanes = widest <= 4 ? kWarp : kWarp * 4 / widest;
   for (int p = 0; p < kWarp; p += lanes) {
-    keys.clear();
+    n = 0;
     for (int l = p; l < p + lanes; ++l)
       if (q.mask & (1u << l))
         for (uintptr_t w = q.addr[l] / 4; w <= (q.addr[l] + q.size[l] - 1) / 4; ++w)
-          keys.push_back((uint64_t(w % 32) << 58) | (w & ((uint64_t(1) << 58) - 1)));
-    if (keys.empty()) continue;
-    keys.resize(distinct(keys));
+          keys[n++] = (uint64_t(w % 32) << 58) | (w & ((uint64_t(1) << 58) - 1));
+    if (!n) continue;
+    n = distinct(keys, n);   // sorted by bank: count the longest run of one bank
     int64_t most = 0, run = 0;
-    for (size_t i = 0; i < keys.size(); ++i) {
+    for (int i = 0; i < n; ++i) {
       run = (i && keys[i] >> 58 == keys[i - 1] >> 58) ? run + 1 : 1;
-      most = std::max(most, run);
+      most = run > most ? run : most;
     }
     k.units += most;
     ++k.ideal;
   }
 }
 
-// Group each warp's logged accesses into requests and count them.
-ATTNBOOK_UNCHECKED inline void flush_profile(Runtime& r, CheckState& c) {
-  for (size_t w = 0; w < r.warps.size(); ++w) {
-    std::map<std::tuple<uintptr_t, int, int>, std::vector<Request>> requests;
-    for (int l = 0; l < kWarp && int(w) * kWarp + l < r.nthreads; ++l) {
-      std::unordered_map<uintptr_t, size_t> seen;
-      auto& log = c.log[w * kWarp + l];
-      for (const Access& e : log) {
-        auto& v = requests[{e.pc, e.space, e.write}];
-        size_t k = seen[e.pc]++;
-        if (k >= v.size()) v.resize(k + 1);
-        v[k].addr[l] = e.addr;
-        v[k].size[l] = e.size;
-        v[k].mask |= 1u << l;
+// Group each warp's logged accesses into requests, count them, and add the counts to
+// the block's.
+ATTNBOOK_UNCHECKED inline void flush_profile(Runtime& r, ProfileState& f) {
+  for (int w = 0; w * kWarp < r.nthreads; ++w) {
+    size_t total = 0;
+    for (int l = 0; l < kWarp && w * kWarp + l < r.nthreads; ++l)
+      total += f.logs[w * kWarp + l].n;
+    if (!total) continue;
+    f.requests.n = 0;
+    f.request_of.reset(total);   // (pc, occurrence) -> request index + 1
+    for (int l = 0; l < kWarp && w * kWarp + l < r.nthreads; ++l) {
+      Buffer<Access>& log = f.logs[w * kWarp + l];
+      f.seen.reset(log.n);       // pc -> how many times this lane ran it so far
+      for (size_t i = 0; i < log.n; ++i) {
+        const Access& e = log.data[i];
+        auto pc = uint32_t(e.pc - f.module_base);
+        uint32_t& index = f.request_of.at(uint64_t(pc) << 32 | f.seen.at(pc)++);
+        if (!index) {
+          Request& q = f.requests.push();
+          q.pc = pc;
+          q.mask = 0;
+          q.space = e.space;
+          q.write = e.write;
+          index = uint32_t(f.requests.n);
+        }
+        Request& q = f.requests.data[index - 1];
+        q.addr[l] = e.addr;
+        q.size[l] = e.size;
+        q.mask |= 1u << l;
       }
-      log.clear();
+      log.n = 0;
     }
-    for (auto& [key, v] : requests) {
-      auto [pc, space, write] = key;
-      Counts& k = c.counts[{c.launch, pc - session().module_base, space, write}];
-      for (const Request& q : v) count(k, q, space);
+    f.count_of.reset(f.requests.n);   // (pc, space, write) -> f.counts index + 1
+    for (size_t i = 0; i < f.requests.n; ++i) {
+      const Request& q = f.requests.data[i];
+      uint32_t& index = f.count_of.at(uint64_t(q.pc) << 2 | q.space << 1 | q.write);
+      if (!index) {
+        f.counts.push() = {q.pc, q.space, q.write, Counts()};
+        index = uint32_t(f.counts.n);
+      }
+      count(f.counts.data[index - 1].counts, q);
     }
   }
-}
-
-// The profile's log: global and shared accesses (not atomics, not local memory).
-ATTNBOOK_UNCHECKED inline void log_access(Runtime& r, CheckState& c, uintptr_t a,
-                                          size_t n, bool write, bool atomic,
-                                          uintptr_t pc) {
-  if (atomic || n > 16) return;
-  int space;
-  if ((a >= c.dyn && a < c.dyn + c.smem) || (a >= c.tls_lo && a < c.tls_hi))
-    space = kShared;
-  else if (allocation(c, a, n))
-    space = kGlobal;
-  else
-    return;
-  c.log[r.cur->linear].push_back({pc, a, uint8_t(n), uint8_t(space), write});
 }
 
 }  // namespace attnbook_emu
