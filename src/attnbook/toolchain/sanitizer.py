@@ -21,14 +21,18 @@ access of kernel code is checked:
   address 0x... is out of bounds: 4 bytes past the end of a 4096-byte allocation at
   0x...``; its attributes hold the parts (``kind``, ``space``, ``size``,
   ``location``, ``thread``, ``block``, ``detail``). Kernel code that an error
-  stopped leaves no trace: the next launch runs normally.
+  stopped leaves no trace: the next launch runs normally. As on a GPU, a tensor's
+  bounds are its storage's (a view's neighbours in the same storage pass); copies the
+  C library makes (a large ``memcpy``) are not seen.
 * racecheck: two accesses to the same shared byte by different threads, at least one a
   write, with no ``__syncthreads`` between them (and, within a warp, no ``__syncwarp``
   or other collective taken by both) raise :class:`RaceError` at the end of the launch:
   the hazard (read-after-write, write-after-read, write-after-write) and both access
   sites. It is found whatever order the threads run in, so also where the emulator's
   schedule hides it (a warp collective holds every lane of a warp until all arrive).
-  Atomics never race.
+  Atomics never race. Each 4-byte word keeps one writer and two readers: where threads
+  write different halves of a word (16-bit elements), a hazard on the first half can
+  go unreported; none is ever made up.
 
 Profile::
 
@@ -50,7 +54,7 @@ the GPU's), and lines inside ``ab.compile``'d text are named ``cell.cu``.
 The checked build costs a call per memory access: on the fused fp32 attention
 (B=2, H=2, S=64, D=64, causal, where the plain emulator takes half a millisecond),
 memcheck takes about 10 times the plain time, memcheck with racecheck about 23 times
-(``sanitize(racecheck=False)`` for memcheck alone), and the profile a few hundred.
+(``sanitize(racecheck=False)`` for memcheck alone), and the profile about 70.
 """
 from __future__ import annotations
 
@@ -90,6 +94,8 @@ class MemcheckError(SanitizerError):
 
     def __init__(self, message: str):
         super().__init__(message)
+        self.kind = self.space = self.size = self.location = self.kernel = None
+        self.thread = self.block = self.address = self.detail = None
         m = _ACCESS.search(message)
         if m:
             self.kind, self.space = m["kind"], m["space"].strip("_")
