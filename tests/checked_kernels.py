@@ -106,7 +106,7 @@ __global__ void tile_columns(const float* x, float* out, int layout) {
   extern __shared__ float tile[];
   int lane = threadIdx.x, pitch = layout == 1 ? 33 : 32, swz = layout == 2;
   for (int r = 0; r < 32; ++r) tile[r * pitch + (swz ? lane ^ r : lane)] = x[lane];
-  __syncthreads();
+  __syncthreads();  // @column-barrier
   float s = 0.f;
   for (int c = 0; c < 32; ++c)
     s += tile[lane * pitch + (swz ? c ^ lane : c)];  // @column

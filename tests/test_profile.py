@@ -34,6 +34,7 @@ def test_bank_conflicts_of_a_column_read(layout, ways):
     assert (read.requests, read.units, read.ideal) == (32, 32 * ways, 32)
     assert read.conflict_ways == ways
     assert launch.barriers == 1
+    assert launch.line(line_of("column-barrier"), "block", "barrier").requests == 1
     writes = launch.total("shared", "store")
     assert writes.units == writes.ideal == 32   # the rows: conflict-free
 

@@ -45,7 +45,7 @@ counts, per launch and source line, warp-wide requests (a warp's accesses groupe
 instruction that made them), the 32-byte sectors global requests touch and the
 wavefronts shared requests take (32 banks of 4 bytes; 64-bit accesses in two phases of
 16 lanes, 128-bit in four of 8: a wavefront per phase when there is no bank conflict),
-bytes moved, and ``__syncthreads`` per launch. A stride-1 float load is 4 sectors per
+bytes moved, and the barriers passed (``__syncthreads``, per line and launch). A stride-1 float load is 4 sectors per
 request, a stride-32 one 32; reading a 32x32 float tile by column takes 32 wavefronts,
 padded to 33 columns or XOR-swizzled 1. Known limits: no timing, no caches (sectors
 are requested, not missed), local memory is not counted (the CPU's registers are not
@@ -232,7 +232,9 @@ def run_checked(module, name: str, checks: int, args, kwargs):
 class LineCounts:
     """One source line's accesses of one kind (space "global"/"shared", op
     "load"/"store") in one launch. ``units``: sectors (global) or wavefronts (shared);
-    ``ideal``: wavefronts without bank conflicts (shared only)."""
+    ``ideal``: wavefronts without bank conflicts (shared only). A ``__syncthreads``
+    line has space "block", op "barrier" and ``requests``: the times a block passed
+    it, summed over blocks."""
     location: str
     space: str
     op: str
@@ -286,11 +288,13 @@ class LaunchProfile:
                 f"{'/req':>7}{'wavefr.':>10}{'ways':>6}{'bytes':>12}")
         out = [head, cols]
         for r in self.rows:
-            g = r.space == "global"
-            out.append(f"{r.location:<22}{r.space:<8}{r.op:<7}{r.requests:>10}"
-                       f"{r.units if g else '':>10}{r.per_request:>7.2f}"
-                       f"{'' if g else r.units:>10}"
-                       f"{'' if g else f'{r.conflict_ways:.1f}':>6}{r.bytes:>12}")
+            row = f"{r.location:<22}{r.space:<8}{r.op:<7}{r.requests:>10}"
+            if r.space == "global":
+                row += f"{r.units:>10}{r.per_request:>7.2f}{'':>16}{r.bytes:>12}"
+            elif r.space == "shared":
+                row += (f"{'':>10}{r.per_request:>7.2f}{r.units:>10}"
+                        f"{r.conflict_ways:>6.1f}{r.bytes:>12}")
+            out.append(row)
         return "\n".join(out)
 
 
@@ -300,7 +304,8 @@ def _launch_profiles(path, launches, names, counts) -> list[LaunchProfile]:
            for n, l in zip(names, launches)]
     merged = {}
     for launch, pc, space, write, requests, units, ideal, nbytes in counts:
-        key = (launch, lines[pc], ("global", "shared")[space], ("load", "store")[write])
+        op = "barrier" if space == 2 else ("load", "store")[write]
+        key = (launch, lines[pc], ("global", "shared", "block")[space], op)
         row = merged.get(key)
         if row is None:
             row = merged[key] = LineCounts(*key[1:])

@@ -52,10 +52,31 @@ constexpr int warpSize = 32;
 
 namespace attnbook_emu {
 
-struct SyncAt { int line; void operator()() const { syncthreads(line); } };
-struct SyncCountAt { int line; int operator()(int p) const { return syncthreads(line, p); } };
-struct SyncAndAt { int line; int operator()(int p) const { return syncthreads(line, p) == rt().nthreads; } };
-struct SyncOrAt { int line; int operator()(int p) const { return syncthreads(line, p) > 0; } };
+// note_barrier: the checked build's profile counts barriers by call site, the kernel
+// line these calls are inlined into (hence always_inline).
+#define ATTNBOOK_AT_CALL_SITE __attribute__((always_inline))
+struct SyncAt {
+  int line;
+  ATTNBOOK_AT_CALL_SITE void operator()() const { note_barrier(), syncthreads(line); }
+};
+struct SyncCountAt {
+  int line;
+  ATTNBOOK_AT_CALL_SITE int operator()(int p) const {
+    return note_barrier(), syncthreads(line, p);
+  }
+};
+struct SyncAndAt {
+  int line;
+  ATTNBOOK_AT_CALL_SITE int operator()(int p) const {
+    return note_barrier(), syncthreads(line, p) == rt().nthreads;
+  }
+};
+struct SyncOrAt {
+  int line;
+  ATTNBOOK_AT_CALL_SITE int operator()(int p) const {
+    return note_barrier(), syncthreads(line, p) > 0;
+  }
+};
 struct SyncwarpAt {
   int line;
   void operator()(unsigned mask = 0xffffffffu) const {

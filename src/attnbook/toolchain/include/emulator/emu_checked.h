@@ -43,7 +43,7 @@
 namespace attnbook_emu {
 
 enum Check : int { kMemcheck = 1, kRacecheck = 2, kProfile = 4 };
-enum Space : int { kGlobal = 0, kShared = 1, kLocal = 2 };
+enum Space : int { kGlobal = 0, kShared = 1, kBarrier = 2 };   // kBarrier: counts
 
 struct Span {
   uintptr_t lo, hi;
@@ -157,6 +157,7 @@ struct CheckState {
   size_t ok_var = 0;
   int64_t launch = 0;
   uintptr_t module_base = 0;
+  uintptr_t barrier_pc = 0;   // of the __syncthreads the last thread to arrive called
   uintptr_t tls_lo = 0, tls_hi = 0;   // this worker's thread-local block: static shared
   uint64_t interval = 0;              // barrier interval, unique across blocks
   std::vector<uint32_t> warp_gen, lane_sync;
@@ -336,7 +337,10 @@ ATTNBOOK_UNCHECKED inline void on_barrier(Runtime& r) {
   if (!c) return;
   ++c->interval;
   ++c->profile.barriers;
-  if (c->mode & kProfile) flush_profile(r, c->profile);
+  if (c->mode & kProfile) {
+    flush_profile(r, c->profile);
+    count_barrier(c->profile, uint32_t(c->barrier_pc - c->module_base));
+  }
 }
 
 ATTNBOOK_UNCHECKED inline void on_block_end(Runtime& r) {
@@ -517,6 +521,13 @@ ATTNBOOK_HOT inline void access(const void* p, size_t n, bool write, void* ret,
   if (!known) classify(*r, c, sp, a, n, write, atomic, pc);
   if (c.mode & kProfile) log_access(*r, c, a, n, write, atomic, pc);
   r->in_kernel = true;
+}
+
+// A thread calls __syncthreads (before the barrier's own code runs).
+__attribute__((noinline)) ATTNBOOK_UNCHECKED inline void note_barrier() {
+  char here;
+  if (Runtime* r = kernel_runtime(reinterpret_cast<uintptr_t>(&here)))
+    r->check->barrier_pc = reinterpret_cast<uintptr_t>(__builtin_return_address(0)) - 1;
 }
 
 // A read that emulator code makes for the calling lane (ldmatrix's rows): checked and

@@ -318,6 +318,7 @@ inline void on_block_end(Runtime& r);
 inline void on_barrier(Runtime& r);
 inline void on_warp_sync(Runtime& r, int warp, uint32_t group);
 inline void leave_kernel();
+inline void note_barrier();
 inline void note_read(const void* p, size_t bytes);
 inline void on_static_shared(Runtime& r, void* p, size_t bytes);
 
@@ -1200,6 +1201,7 @@ inline void on_barrier(Runtime&) {}
 inline void on_warp_sync(Runtime&, int, uint32_t) {}
 inline void note_allocation(const void*, size_t) {}
 inline void leave_kernel() {}
+inline void note_barrier() {}
 inline void note_read(const void*, size_t) {}
 inline void on_static_shared(Runtime&, void*, size_t) {}
 }  // namespace attnbook_emu
