@@ -158,7 +158,8 @@ def _storage_spans(objs) -> list[int]:
     tuples and dicts of them)."""
     spans = []
     for obj in objs:
-        if isinstance(obj, torch.Tensor) and obj.device.type == "cpu":
+        if (isinstance(obj, torch.Tensor) and obj.device.type == "cpu"
+                and obj.layout == torch.strided):
             st = obj.untyped_storage()
             spans += [st.data_ptr(), st.nbytes()]
         elif isinstance(obj, (list, tuple)):
@@ -168,13 +169,11 @@ def _storage_spans(objs) -> list[int]:
     return spans
 
 
-_lines: dict[tuple[str, int], str] = {}
-
-
 # Frames in these folders are the emulator's or a library's: an access made there (an
 # atomicAdd's compare-and-swap loop) is named by the kernel line that called it.
 _NOT_KERNEL = (str(pathlib.Path(__file__).parent / "include"), "/usr/",
                str(pathlib.Path(torch.__file__).parent))
+_lines: dict[tuple[str, int], str] = {}   # (library, offset) -> "file:line"
 
 
 def _source_lines(path: str, offsets) -> dict[int, str]:
@@ -210,8 +209,6 @@ def run_checked(module, name: str, checks: int, args, kwargs):
     module.attnbook_checked_begin(checks, _storage_spans([*args, *kwargs.values()]))
     try:
         result = getattr(module, name)(*args, **kwargs)
-    except SanitizerError:
-        raise
     except RuntimeError as e:
         text = str(e)
         if "memcheck: " in text:
@@ -256,6 +253,9 @@ class LineCounts:
 
 @dataclasses.dataclass
 class LaunchProfile:
+    """One launch's profile: the kernel, its grid and block (x, y, z), the dynamic
+    shared memory it asked for, the barriers its blocks passed, and ``rows``
+    (:class:`LineCounts`, by file and line)."""
     kernel: str
     grid: tuple
     block: tuple
@@ -314,10 +314,10 @@ def _launch_profiles(path, launches, names, counts) -> list[LaunchProfile]:
         row.units += units
         row.ideal += ideal
         row.bytes += nbytes
-    for p in out:
+    for p in out:   # by file, then line ("?" when addr2line knows none: first)
         p.rows.sort(key=lambda r: (r.location.rpartition(":")[0],
-                                   int(r.location.rpartition(":")[2] or 0), r.space,
-                                   r.op))
+                                   int(r.location.rpartition(":")[2].isdigit() and
+                                       r.location.rpartition(":")[2]), r.space, r.op))
     return out
 
 
