@@ -677,11 +677,14 @@ inline bool own_code(uintptr_t pc) {
 }
 
 // Called by the signal handler (any extension's: it dispatches on the signal's value).
-inline void on_cancel_signal(void* ucv) {
+// Uninstrumented in the checked build: it runs on a fiber, in the middle of kernel
+// code, where its reads would count as the kernel's (until the guard below).
+__attribute__((no_sanitize("thread"))) inline void on_cancel_signal(void* ucv) {
 #if defined(__x86_64__) && !defined(ATTNBOOK_EMU_USE_UCONTEXT)
   Runtime* r = worker_runtime();
-  if (!r || !r->cur || !r->cancel || !r->cancel->load(std::memory_order_relaxed))
-    return;
+  if (!r) return;
+  EmulatorCode guard(*r);   // it may interrupt kernel code
+  if (!r->cur || !r->cancel || !r->cancel->load(std::memory_order_relaxed)) return;
   auto* uc = static_cast<ucontext_t*>(ucv);
   auto pc = uintptr_t(uc->uc_mcontext.gregs[REG_RIP]);
   auto sp = uintptr_t(uc->uc_mcontext.gregs[REG_RSP]);
