@@ -92,6 +92,15 @@ def test_time_budget_stops_a_hang(ext, which, kernel, n):
     fill_works(ext)
 
 
+def test_time_budget_stops_a_hang_in_checked_mode(ext):
+    # spin_on_flag reads shared memory in its loop: the signal may land in the checked
+    # build's access hooks, which are the extension's own code too.
+    with ab.sanitize(), ab.time_budget(0.3):
+        with pytest.raises(ab.KernelTimeout, match="spin_on_flag"):
+            ext.run_hang(1, torch.zeros(256))
+        fill_works(ext)
+
+
 def test_time_budget_from_environment(ext, monkeypatch):
     monkeypatch.setenv("ATTNBOOK_EMU_TIMEOUT", "0.2")
     with pytest.raises(ab.KernelTimeout):

@@ -1,6 +1,7 @@
 """How kernel text becomes a Python callable: :func:`compile` (nvcc on a GPU, the CPU
 emulator without one), the extension cache, ptxas reports, the emulator's source
-transform and thread orders, and the description of the machine."""
+transform, thread orders and checked mode (sanitize, profile), and the description of
+the machine."""
 from .compile import (CompileError, INCLUDE_DIR, KERNEL_DIR, compile, default_backend,
                       kernel_source, package_module)
 from .extension import load_extension
@@ -9,3 +10,5 @@ from .emulator import (KernelInterrupted, KernelTimeout, thread_order, time_budg
 from .machine import describe_machine, has_gpu
 from .occupancy import occupancy
 from .ptxas import find_nvcc, ptxas_report
+from .sanitizer import (MemcheckError, ProfileReport, RaceError, SanitizerError,
+                        profile, sanitize)

@@ -40,6 +40,12 @@ BACKENDS = ("cuda", "emulator")
 # otherwise be merged across every loaded extension as GNU unique symbols).
 CPU_FLAGS = ["-O2", "-fno-strict-aliasing", "-fvisibility=hidden",
              "-DATTNBOOK_EMULATOR"]
+# The checked build (attnbook.sanitize, attnbook.profile): GCC calls __tsan_read4(addr)
+# etc. before every access, which include/emulator/emu_checked.h defines (no
+# ThreadSanitizer runtime is linked); -g1: line tables, to name each access's line.
+CHECKED_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0",
+                 "-g1", "-DATTNBOOK_CHECKED"]
+CHECKED_FUNCTIONS = ["attnbook_checked_begin", "attnbook_checked_end"]
 
 
 class CompileError(RuntimeError):
@@ -128,14 +134,18 @@ def _build_failure(log: str, cuda: str, wrapper: str, src_name: str, functions) 
 
 def compile(name: str, cuda: str, wrapper: str, functions, *,
             backend: str | None = None, arch: str | None = None, verbose: bool = False,
-            extra_cflags=(), include_dirs=()):
+            extra_cflags=(), include_dirs=(), checked: bool = False):
     """Compile ``cuda`` (kernel text) with ``wrapper`` (torch-facing C++) into a module
     that exposes ``functions``. ``backend`` is "cuda", "emulator", or None for this
     machine's. ``arch`` ("sm_75", "sm_80", …) builds the CUDA back end for that
     architecture instead of the GPU's, which also works without a GPU when torch is a
     CUDA build (the module then loads but cannot launch); on the emulator it is the
     architecture ``__CUDA_ARCH__`` names (sm_80 by default). ``#include "x"`` looks in
-    ``include_dirs``, then the working directory, then the package's kernels."""
+    ``include_dirs``, then the working directory, then the package's kernels.
+
+    On the emulator, the module's functions run the checked build of the same text
+    (compiled on first use, with ``checked=True``) inside :func:`attnbook.sanitize` and
+    :func:`attnbook.profile`; a checked build called outside them checks nothing."""
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -147,6 +157,8 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"extension name must be an ASCII identifier, got {name!r}")
     functions = [functions] if isinstance(functions, str) else list(functions)
+    if checked and backend != "emulator":
+        raise ValueError("checked=True builds for the emulator only")
     for fn in functions:   # on the emulator both share one translation unit
         bounds = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
         if re.search(rf"__global__\s+{bounds}void\s+{bounds}{fn}\s*\(", cuda):
@@ -168,6 +180,8 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
         cu, target, includes = [], "the CPU emulator", [EMULATOR_DIR]
         cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={_arch_number(arch or 'sm_80')}"]
         cflags, cuda_flags = cflags + list(extra_cflags), []
+        if checked:
+            cflags += CHECKED_FLAGS
     else:
         target = arch or _device_arch()
         cpp = [header + wrapper_text]
@@ -190,7 +204,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                                       if p.is_file()),
                                     (INCLUDE_DIR / "attnbook_torch.h").read_text(),
                                     torch.__version__]).encode()).hexdigest()[:12]
-    full_name = f"{name}_{backend}_{key}"
+    full_name = f"{name}_{'checked' if checked else backend}_{key}"
     if backend == "cuda":
         _write_kernel_file(full_name, src_name, cuda, verbose)
     start = time.perf_counter()
@@ -203,7 +217,8 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
             from torch.utils.cpp_extension import load_inline
             module = load_inline(
                 name=full_name, cpp_sources=cpp, cuda_sources=cu or None,
-                functions=functions, extra_cflags=cflags,
+                functions=functions + (CHECKED_FUNCTIONS if checked else []),
+                extra_cflags=cflags,
                 extra_cuda_cflags=cuda_flags or None,
                 extra_include_paths=[str(p) for p in (*includes, INCLUDE_DIR, *search)],
                 with_cuda=backend == "cuda", no_implicit_headers=True, verbose=verbose)
@@ -217,10 +232,28 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
             else:
                 os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
     # One line, printed once the build is done, so that it never splits a cell's output.
-    print(f"compiled {name} for {target} in {time.perf_counter() - start:.1f} s")
+    print(f"compiled {name}{' (checked)' if checked else ''} for {target} in "
+          f"{time.perf_counter() - start:.1f} s")
     if backend == "emulator":
-        emulator.guard_module(module, functions)
+        twin = None if checked else _Twin(name, cuda, wrapper, functions,
+                                          dict(arch=arch, extra_cflags=extra_cflags,
+                                               include_dirs=include_dirs))
+        emulator.guard_module(module, functions, twin)
     return module
+
+
+class _Twin:
+    """The checked build of an emulator module, compiled on first use."""
+
+    def __init__(self, *args):
+        self.args, self.module = args, None
+
+    def __call__(self):
+        if self.module is None:
+            name, cuda, wrapper, functions, options = self.args
+            self.module = compile(name, cuda, wrapper, functions, backend="emulator",
+                                  checked=True, **options)
+        return self.module
 
 
 KERNEL_SUBDIR = "kernel"

@@ -36,6 +36,10 @@ Linux only; a thread inside a library call, ``printf``, is caught once it is bac
 loop spending nearly all its time in ``printf`` to a file may take many seconds).
 An empty loop on a value that cannot change (``while (flag == 0) {}`` on a plain,
 non-``volatile`` variable) is removed by the C++ compiler, which may assume loops end.
+
+Inside :func:`attnbook.sanitize` (memcheck, racecheck) and :func:`attnbook.profile`,
+launches run a checked build of the same text instead (see
+:mod:`attnbook.toolchain.sanitizer`).
 """
 from __future__ import annotations
 
@@ -43,6 +47,8 @@ import contextlib
 import os
 import pathlib
 import re
+
+from . import sanitizer
 
 __all__ = ["to_cpp", "inline_headers", "thread_order", "workers", "ORDERS",
            "time_budget", "KernelTimeout", "KernelInterrupted", "guard_module"]
@@ -107,8 +113,11 @@ _STOPPED = ((re.compile(r"kernel '[^']*' was interrupted after"), KernelInterrup
             (re.compile(r"kernel '[^']*' ran past its time budget"), KernelTimeout))
 
 
-def _guarded(fn):
+def _guarded(fn, twin):
     def call(*args, **kwargs):
+        mode = sanitizer.mode() if twin is not None else 0
+        if mode:
+            return sanitizer.run_checked(twin(), call.__name__, mode, args, kwargs)
         try:
             return fn(*args, **kwargs)
         except RuntimeError as e:
@@ -122,13 +131,16 @@ def _guarded(fn):
     return call
 
 
-def guard_module(module, functions):
+def guard_module(module, functions, twin=None):
     """Make ``functions`` of an emulator extension raise :class:`KernelTimeout` or
-    :class:`KernelInterrupted` for a stopped launch (pybind11 raises RuntimeError)."""
+    :class:`KernelInterrupted` for a stopped launch (pybind11 raises RuntimeError), and,
+    given ``twin`` (a callable returning the checked build), run the checked build's
+    function of the same name inside :func:`attnbook.sanitize` or
+    :func:`attnbook.profile`."""
     for name in functions:
         fn = getattr(module, name, None)
         if fn is not None and not hasattr(fn, "__wrapped__"):
-            setattr(module, name, _guarded(fn))
+            setattr(module, name, _guarded(fn, twin))
     return module
 
 

@@ -53,10 +53,31 @@ constexpr int warpSize = 32;
 
 namespace attnbook_emu {
 
-struct SyncAt { int line; void operator()() const { syncthreads(line); } };
-struct SyncCountAt { int line; int operator()(int p) const { return syncthreads(line, p); } };
-struct SyncAndAt { int line; int operator()(int p) const { return syncthreads(line, p) == rt().nthreads; } };
-struct SyncOrAt { int line; int operator()(int p) const { return syncthreads(line, p) > 0; } };
+// note_barrier: the checked build's profile counts barriers by call site, the kernel
+// line these calls are inlined into (hence always_inline).
+#define ATTNBOOK_AT_CALL_SITE __attribute__((always_inline))
+struct SyncAt {
+  int line;
+  ATTNBOOK_AT_CALL_SITE void operator()() const { note_barrier(), syncthreads(line); }
+};
+struct SyncCountAt {
+  int line;
+  ATTNBOOK_AT_CALL_SITE int operator()(int p) const {
+    return note_barrier(), syncthreads(line, p);
+  }
+};
+struct SyncAndAt {
+  int line;
+  ATTNBOOK_AT_CALL_SITE int operator()(int p) const {
+    return note_barrier(), syncthreads(line, p) == rt().nthreads;
+  }
+};
+struct SyncOrAt {
+  int line;
+  ATTNBOOK_AT_CALL_SITE int operator()(int p) const {
+    return note_barrier(), syncthreads(line, p) > 0;
+  }
+};
 struct SyncwarpAt {
   int line;
   void operator()(unsigned mask = 0xffffffffu) const {
@@ -93,7 +114,8 @@ struct ShflAt {
   T operator()(unsigned mask, T var, int arg, int width = kWarp) const {
   static_assert(sizeof(T) <= 8, "__shfl_*_sync moves at most 8 bytes");
   if (width < 1 || width > kWarp || (width & (width - 1)))
-    fail("__shfl_*_sync: width must be a power of two no larger than 32");
+    leave_kernel(),
+        fail("__shfl_*_sync: width must be a power of two no larger than 32");
   ShflLane d{0, 0, arg, width};
   std::memcpy(&d.value, &var, sizeof(T));
   warp_collective(mask, line, &d, &shfl_all<kind>);
@@ -128,6 +150,7 @@ struct VoteAt {
 };
 
 [[noreturn]] inline void assert_fail(const char* expr, int line) {
+  leave_kernel();
   char buf[256];
   std::snprintf(buf, sizeof buf, "device assert failed on line %d: %s", line, expr);
   fail(buf);
@@ -139,7 +162,10 @@ inline unsigned __activemask() {
   auto& r = ::attnbook_emu::rt();
   return ::attnbook_emu::existing_lanes(r.cur->linear / 32);
 }
-[[noreturn]] inline void __trap() { ::attnbook_emu::fail("__trap() called"); }
+[[noreturn]] inline void __trap() {
+  ::attnbook_emu::leave_kernel();
+  ::attnbook_emu::fail("__trap() called");
+}
 // A failed device assert is a Python exception naming the line, not the host's abort(). The
 // stand-ins cassert and assert.h beside this file restore it when kernel text includes the
 // standard header (which redefines assert at every inclusion).
@@ -445,9 +471,18 @@ inline cudaError_t cudaFuncSetAttribute(F* fn, cudaFuncAttribute attr, int value
   grants.emplace_back(reinterpret_cast<const void*>(fn), value);
   return cudaSuccess;
 }
-inline cudaError_t cudaMalloc(void** p, size_t n) { *p = std::malloc(n); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+inline cudaError_t cudaMalloc(void** p, size_t n) {
+  *p = std::malloc(n);
+  if (!*p) return cudaErrorMemoryAllocation;
+  ::attnbook_emu::note_allocation(*p, n);   // memory kernels may touch (checked build)
+  return cudaSuccess;
+}
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc(reinterpret_cast<void**>(p), n); }
-inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
+inline cudaError_t cudaFree(void* p) {
+  ::attnbook_emu::note_allocation(p, 0);
+  std::free(p);
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { std::memcpy(d, s, n); return cudaSuccess; }
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) { std::memcpy(d, s, n); return cudaSuccess; }
 inline cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
@@ -534,6 +569,9 @@ void ldmatrix_all(void* const* data, uint32_t) {
 
 template <int N, bool Trans>
 inline void ldmatrix(int line, uint32_t* regs, const void* row) {
+  // The collective reads every lane's row; the checked build sees each read here, as
+  // the lane's own: lanes 0..8N-1 give a row of 8 16-bit elements each.
+  if (rt().cur->linear % kWarp < 8 * N) note_read(row, 16);
   uint32_t out[N];
   LdmatrixLane lane{static_cast<const uint16_t*>(row), out};
   warp_collective(0xffffffffu, line, &lane, &ldmatrix_all<N, Trans>);

@@ -240,6 +240,8 @@ struct Job {
   size_t smem = 0;
   void (*fiber)(void*) = nullptr;   // fiber_main<the kernel's closure>
   const void* closure = nullptr;
+  const void* params = nullptr;     // the kernel's arguments, which its threads copy
+  size_t params_bytes = 0;
   Order order = Order::Forward;
   uint64_t seed = 0;
   uint64_t nblocks = 0;
@@ -298,10 +300,48 @@ struct Runtime {
   int sync_result = 0;      // of the last barrier released
   const std::atomic<int>* cancel = nullptr;   // the current job's
   volatile sig_atomic_t stopped = 0;   // a fiber was abandoned by the hang guard
+  // Kernel code is running (not the emulator's own): what the checked build's memory
+  // hooks look at (emu_checked.h); unused otherwise.
+  bool in_kernel = false;
+  struct CheckState* check = nullptr;   // the checked build's per-worker state
   // Dynamic shared memory: this worker's, reused by each block it runs.
   alignas(128) unsigned char dynamic_smem[kMaxDynamicSmem];
-  std::vector<std::pair<void*, uint64_t>> static_smem;   // address, epoch poisoned
+  struct StaticShared { void* addr; size_t bytes; uint64_t epoch; };
+  std::vector<StaticShared> static_smem;   // epoch: the block that last poisoned it
 };
+
+// The checked build's hooks (emu_checked.h); empty in a plain build.
+inline void on_new_worker(Runtime& r);
+inline void on_launch(const struct Job& job);
+inline void on_block_start(Runtime& r, const struct Job& job);
+inline void on_block_end(Runtime& r);
+inline void on_barrier(Runtime& r);
+inline void on_warp_sync(Runtime& r, int warp, uint32_t group);
+inline void leave_kernel();
+inline void note_barrier();
+inline void note_read(const void* p, size_t bytes);
+inline void on_static_shared(Runtime& r, void* p, size_t bytes);
+
+// Emulator code called from kernel code (barriers, collectives) reads other threads'
+// stacks and its own state: the checked build must not take those for the kernel's.
+// A plain build keeps no flag (a store or two per barrier is not free: a fiber switch
+// costs a few ns).
+#ifdef ATTNBOOK_CHECKED
+constexpr bool kChecked = true;
+struct EmulatorCode {
+  bool& flag;
+  bool was;
+  explicit EmulatorCode(Runtime& r) : flag(r.in_kernel), was(r.in_kernel) {
+    flag = false;
+  }
+  ~EmulatorCode() { flag = was; }
+};
+#else
+constexpr bool kChecked = false;
+struct EmulatorCode {
+  explicit EmulatorCode(Runtime&) {}
+};
+#endif
 
 // The runtime of the worker running the calling fiber, found from the stack pointer: a
 // thread_local in a dlopen'ed library costs a call per access, and kernels ask for
@@ -337,6 +377,7 @@ inline Runtime& own_runtime() {
     char* a = reserve_arena();
     commit(a, kRuntimeSlots * kSlotBytes);
     r = new (a) Runtime();
+    on_new_worker(*r);
   }
   return *r;
 }
@@ -451,12 +492,16 @@ inline void switch_to(Runtime& r, Thread* self, Thread* next) {
 template <class Closure>
 void fiber_main(void* arg) {
   Runtime& r = rt();
-  const Closure& kernel = *static_cast<const Closure*>(r.closure);
+  // A copy on this stack, which the checked build lets kernel code read (it is the
+  // launching thread's otherwise).
+  const Closure kernel = *static_cast<const Closure*>(r.closure);
   Thread* self = static_cast<Thread*>(arg);
   Thread* next = nullptr;
   try {
     for (;;) {
+      if constexpr (kChecked) r.in_kernel = true;
       kernel();
+      if constexpr (kChecked) r.in_kernel = false;
       self->state = State::Done;
       ++r.done;
       r.warps[self->linear / kWarp].exited |= 1u << (self->linear % kWarp);
@@ -471,12 +516,15 @@ void fiber_main(void* arg) {
       r.cur = self = next;
     }
   } catch (const BlockError& e) {
+    r.in_kernel = false;
     r.error = e.what();
     next = nullptr;
   } catch (const std::exception& e) {
+    r.in_kernel = false;
     r.error = where(*self) + ": " + e.what();
     next = nullptr;
   } catch (...) {
+    r.in_kernel = false;
     r.error = where(*self) + ": unknown exception";
     next = nullptr;
   }
@@ -493,6 +541,7 @@ void fiber_main(void* arg) {
 // together (a warp-specialised kernel does this); a thread that exits first is an error.
 inline int syncthreads(int line, int pred = 0) {
   Runtime& r = rt();
+  EmulatorCode guard(r);
   Thread* self = r.cur;
   self->state = State::AtBarrier;
   self->pred = pred != 0;
@@ -510,6 +559,7 @@ inline int syncthreads(int line, int pred = 0) {
     }
     r.sync_result = count;
     r.arrived = 0;
+    on_barrier(r);
     new_pass(r);
     next = scan(r);
   }
@@ -522,6 +572,7 @@ inline uint32_t existing_lanes(int warp) { return rt().warps[warp].lanes; }
 
 inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
   Runtime& r = rt();
+  EmulatorCode guard(r);
   Thread* self = r.cur;
   int w = self->linear / kWarp, lane = self->linear % kWarp;
   Warp& warp = r.warps[w];
@@ -560,6 +611,7 @@ inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
   }
   fn(warp.data + 0, group);   // lane_data indexed by lane
   warp.arrived &= ~group;
+  on_warp_sync(r, w, group);
   for (int l = 0; l < kWarp; ++l)
     if ((group & (1u << l)) && l != lane) r.threads[w * kWarp + l].state = State::Runnable;
 }
@@ -624,11 +676,14 @@ inline bool own_code(uintptr_t pc) {
 }
 
 // Called by the signal handler (any extension's: it dispatches on the signal's value).
-inline void on_cancel_signal(void* ucv) {
+// Uninstrumented in the checked build: it runs on a fiber, in the middle of kernel
+// code, where its reads would count as the kernel's (until the guard below).
+__attribute__((no_sanitize("thread"))) inline void on_cancel_signal(void* ucv) {
 #if defined(__x86_64__) && !defined(ATTNBOOK_EMU_USE_UCONTEXT)
   Runtime* r = worker_runtime();
-  if (!r || !r->cur || !r->cancel || !r->cancel->load(std::memory_order_relaxed))
-    return;
+  if (!r) return;
+  EmulatorCode guard(*r);   // it may interrupt kernel code
+  if (!r->cur || !r->cancel || !r->cancel->load(std::memory_order_relaxed)) return;
   auto* uc = static_cast<ucontext_t*>(ucv);
   auto pc = uintptr_t(uc->uc_mcontext.gregs[REG_RIP]);
   auto sp = uintptr_t(uc->uc_mcontext.gregs[REG_RSP]);
@@ -907,6 +962,8 @@ inline void run_block(Runtime& r, Job& job, uint64_t b) {
   for (auto& w : r.warps) w.arrived = w.exited = 0;
   r.done = r.arrived = 0;
   r.error.clear();
+  r.in_kernel = false;
+  on_block_start(r, job);
   // The order depends on the block alone (never on which worker ran what before), so
   // every worker count gives the same schedule.
   for (int i = 0; i < r.nthreads; ++i)
@@ -919,6 +976,7 @@ inline void run_block(Runtime& r, Job& job, uint64_t b) {
     throw KernelError(unfinished(r));
   }
   if (!r.error.empty()) throw KernelError(r.error);
+  on_block_end(r);
   job.finished.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -989,6 +1047,7 @@ inline void launch(Job& job) {
   for (int i = 0; i < job.max_tids; ++i) job.tids[i].store(pthread_t());
   job.start = std::chrono::steady_clock::now();
   Watched watched(job);
+  on_launch(job);
   if (helpers > 0) {
     std::lock_guard<std::mutex> lock(p.m);
     for (; p.started < helpers; ++p.started)
@@ -1033,10 +1092,11 @@ struct Launch {
       // Each thread gets its own copy of the parameters.
       void operator()() const { std::apply(k, *p); }
     } closure{kernel, &params};
-    run(&fiber_main<Closure>, &closure);
+    run(&fiber_main<Closure>, &closure, &params, sizeof params);
   }
 
-  void run(void (*fiber)(void*), const void* closure) {
+  void run(void (*fiber)(void*), const void* closure, const void* params,
+           size_t params_bytes) {
     char buf[256];
     long n = long(block.x) * block.y * block.z;
     if (n < 1 || n > kMaxThreads || block.z > 64) {
@@ -1064,6 +1124,8 @@ struct Launch {
     job.smem = smem;
     job.fiber = fiber;
     job.closure = closure;
+    job.params = params;
+    job.params_bytes = params_bytes;
     job.nblocks = uint64_t(grid.x) * grid.y * grid.z;
     launch(job);
   }
@@ -1109,19 +1171,40 @@ inline void count_static_shared(Runtime& r, size_t bytes) {
 inline void poison_static_shared(const volatile void* cv, size_t bytes) {
   void* p = const_cast<void*>(cv);   // a volatile __shared__ variable too
   Runtime& r = rt();
-  for (auto& [addr, epoch] : r.static_smem) {
-    if (addr == p) {
-      if (epoch != r.block_epoch) {
+  EmulatorCode guard(r);
+  for (auto& v : r.static_smem) {
+    if (v.addr == p) {
+      if (v.epoch != r.block_epoch) {
         std::memset(p, 0xff, bytes);
-        epoch = r.block_epoch;
+        v.epoch = r.block_epoch;
         count_static_shared(r, bytes);
+        on_static_shared(r, p, bytes);
       }
       return;
     }
   }
   std::memset(p, 0xff, bytes);
-  r.static_smem.emplace_back(p, r.block_epoch);
+  r.static_smem.push_back({p, bytes, r.block_epoch});
   count_static_shared(r, bytes);
+  on_static_shared(r, p, bytes);
 }
 
 }  // namespace attnbook_emu
+
+#ifdef ATTNBOOK_CHECKED
+#include "emu_checked.h"
+#else
+namespace attnbook_emu {
+inline void on_new_worker(Runtime&) {}
+inline void on_launch(const Job&) {}
+inline void on_block_start(Runtime&, const Job&) {}
+inline void on_block_end(Runtime&) {}
+inline void on_barrier(Runtime&) {}
+inline void on_warp_sync(Runtime&, int, uint32_t) {}
+inline void note_allocation(const void*, size_t) {}
+inline void leave_kernel() {}
+inline void note_barrier() {}
+inline void note_read(const void*, size_t) {}
+inline void on_static_shared(Runtime&, void*, size_t) {}
+}  // namespace attnbook_emu
+#endif

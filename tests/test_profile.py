@@ -1,0 +1,71 @@
+"""The profile: per launch and source line, requests, 32-byte sectors per global
+request and bank-conflict wavefronts per shared request, exactly as the CUDA
+programming guide counts them in its textbook cases."""
+import pytest
+import torch
+
+import attnbook as ab
+from checked_kernels import line_of, run
+
+
+@pytest.mark.parametrize("stride, sectors", [(1, 4), (2, 8), (32, 32)])
+def test_sectors_per_request_of_a_strided_float_load(stride, sectors):
+    x, out = torch.arange(32 * 32, dtype=torch.float32), torch.zeros(32)
+    with ab.profile() as report:
+        run("strided_load", x, out, n=stride)
+    assert torch.equal(out, x[::stride][:32])
+    (launch,) = report.launches
+    assert launch.kernel == "strided_load" and launch.block == (32, 1, 1)
+    load = launch.line(line_of("strided"), "global", "load")
+    assert (load.requests, load.units, load.bytes) == (1, sectors, 128)
+    store = launch.line(line_of("strided"), "global", "store")
+    assert store.per_request == 4
+
+
+@pytest.mark.parametrize("layout, ways", [(0, 32), (1, 1), (2, 1)],
+                         ids=["32x32", "padded-33", "xor-swizzle"])
+def test_bank_conflicts_of_a_column_read(layout, ways):
+    x, out = torch.ones(32), torch.zeros(32)
+    with ab.profile() as report:
+        run("tile_columns", x, out, n=layout, smem=32 * 33 * 4)
+    assert torch.equal(out, torch.full((32,), 32.0))
+    (launch,) = report.launches
+    read = launch.line(line_of("column"), "shared", "load")
+    assert (read.requests, read.units, read.ideal) == (32, 32 * ways, 32)
+    assert read.conflict_ways == ways
+    assert launch.barriers == 1
+    assert launch.line(line_of("column-barrier"), "block", "barrier").requests == 1
+    writes = launch.total("shared", "store")
+    assert writes.units == writes.ideal == 32   # the rows: conflict-free
+
+
+def test_128_bit_shared_loads_take_four_phases():
+    with ab.profile() as report:
+        run("wide_loads", torch.zeros(32), out := torch.zeros(32, 4))
+    assert torch.equal(out, torch.tensor([1.0, 2, 3, 4]).expand(32, 4))
+    read = report.launches[0].line(line_of("wide"), "shared", "load")
+    assert (read.requests, read.units, read.ideal, read.bytes) == (1, 4, 4, 512)
+
+
+def test_report_prints_a_table_per_launch():
+    x, out = torch.arange(1000, dtype=torch.float32), torch.zeros(1)
+    with ab.profile() as report:
+        run("block_sum", x, out, n=1000, blocks=8, threads=128, smem=16)
+        run("strided_load", x, torch.zeros(32), n=1)
+    assert [p.kernel for p in report.launches] == ["block_sum", "strided_load"]
+    assert report.launches[0].grid == (8, 1, 1) and report.launches[0].barriers == 8
+    text = str(report)
+    assert "kernel 'block_sum' grid (8, 1, 1) block (128, 1, 1)" in text
+    assert f"\n{line_of('strided'):<22}global  load" in text
+    assert out.item() == x.sum().item()
+
+
+def test_profile_is_off_by_default():
+    assert ab.toolchain.sanitizer.mode() == 0
+    with ab.profile():
+        assert ab.toolchain.sanitizer.mode() == ab.toolchain.sanitizer.PROFILE
+    with ab.sanitize():
+        assert ab.toolchain.sanitizer.mode() == 3
+    with ab.sanitize(racecheck=False):
+        assert ab.toolchain.sanitizer.mode() == ab.toolchain.sanitizer.MEMCHECK
+    assert ab.toolchain.sanitizer.mode() == 0
