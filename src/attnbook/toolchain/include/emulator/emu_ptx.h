@@ -51,7 +51,10 @@ inline std::vector<uintptr_t>& windows() {
   static thread_local std::vector<uintptr_t> w;
   return w;
 }
+// Its bookkeeping is the emulator's own (EmulatorCode: not the kernel's accesses to
+// its shared memory, in the checked build).
 inline uint32_t to_shared(const void* p) {
+  EmulatorCode guard(rt());
   auto a = reinterpret_cast<uintptr_t>(p);
   auto& w = windows();
   for (size_t i = 0; i < w.size(); ++i)
@@ -63,6 +66,7 @@ inline uint32_t to_shared(const void* p) {
   return uint32_t((w.size() - 1) << kWindowBits);
 }
 inline void* from_shared(uint64_t address) {
+  EmulatorCode guard(rt());
   auto s = uint32_t(address);
   auto& w = windows();
   size_t i = s >> kWindowBits;
@@ -114,14 +118,18 @@ inline void cp_async(int line, void* dst, const void* src, int bytes, int src_by
   check_aligned(line, dst, size_t(bytes));
   check_aligned(line, src, size_t(bytes));
   if (src_bytes < 0 || src_bytes > bytes) src_bytes = bytes;
+  EmulatorCode guard(rt());
   async_copies().open.push_back({dst, src, bytes, src_bytes});
 }
 inline void cp_async_commit() {
+  EmulatorCode guard(rt());
   AsyncCopies& c = async_copies();
   c.groups.push_back(std::move(c.open));
   c.open.clear();
 }
+// The copies themselves are libc's memcpy: the checked build does not see them.
 inline void cp_async_wait(uint64_t pending) {
+  EmulatorCode guard(rt());
   AsyncCopies& c = async_copies();
   size_t done = c.groups.size() > pending ? c.groups.size() - pending : 0;
   for (size_t g = 0; g < done; ++g)
@@ -184,6 +192,7 @@ inline NamedBarrier& named_barrier_of(uint32_t id) {
 }
 inline void named_barrier(int line, uint32_t id, uint32_t count, bool wait) {
   Runtime& r = rt();
+  EmulatorCode guard(r);
   const uint32_t n = uint32_t(r.nthreads);
   if (count == 0) count = n;
   char buf[200];
