@@ -119,6 +119,21 @@ __global__ void wide_loads(const float* x, float* out, int n) {
   __syncwarp();
   reinterpret_cast<float4*>(out)[threadIdx.x] = v[threadIdx.x];  // @wide
 }
+// Lanes that read one word share it: two words in two banks, then 16 words each read
+// by two lanes, take one wavefront each; rows of 17 floats written by lanes 0-15 of
+// row r and 0-15 of row r + 1 meet in one bank: two.
+__global__ void shared_reads(const float* x, float* out, int n) {
+  __shared__ float s[64];
+  const int l = threadIdx.x;
+  s[l] = x[l];
+  s[l + 32] = x[l];
+  __syncthreads();
+  float a = s[(l / 16) * 16];  // @two-words
+  float b = s[l % 16];  // @pairs
+  s[(l / 16) * 17 + l % 16] = a + b;  // @pitch-17
+  __syncthreads();
+  out[l] = s[(l / 16) * 17 + l % 16];
+}
 
 void launch_checked_case(int which, const float* x, float* out, int n, int blocks,
                          int threads, int smem) {
@@ -135,6 +150,7 @@ void launch_checked_case(int which, const float* x, float* out, int n, int block
     case 9: strided_load<<<blocks, threads>>>(x, out, n); break;
     case 10: tile_columns<<<blocks, threads, smem>>>(x, out, n); break;
     case 11: wide_loads<<<blocks, threads>>>(x, out, n); break;
+    case 12: shared_reads<<<blocks, threads>>>(x, out, n); break;
     default: foreign_local<<<blocks, threads>>>(x, out, n); break;
   }
 }
@@ -151,7 +167,8 @@ void run_case(int64_t which, at::Tensor x, at::Tensor out, int64_t n, int64_t bl
 
 CASES = ["write_past_end", "read_before_start", "dynamic_overrun", "static_overrun",
          "atomic_past_end", "block_sum", "warp_ordered", "shared_counter", "hidden_war",
-         "strided_load", "tile_columns", "wide_loads", "foreign_local"]
+         "strided_load", "tile_columns", "wide_loads", "shared_reads",
+         "foreign_local"]
 
 
 @functools.cache

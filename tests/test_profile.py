@@ -47,6 +47,19 @@ def test_128_bit_shared_loads_take_four_phases():
     assert (read.requests, read.units, read.ideal, read.bytes) == (1, 4, 4, 512)
 
 
+def test_lanes_reading_one_word_share_its_wavefront():
+    x, out = torch.arange(32, dtype=torch.float32), torch.zeros(32)
+    with ab.profile() as report:
+        run("shared_reads", x, out)
+    lanes = torch.arange(32)
+    assert torch.equal(out, (lanes // 16 * 16 + lanes % 16).float())
+    launch = report.launches[0]
+    for marker, op, wavefronts in (("two-words", "load", 1), ("pairs", "load", 1),
+                                   ("pitch-17", "store", 2)):
+        counts = launch.line(line_of(marker), "shared", op)
+        assert (counts.requests, counts.units, counts.ideal) == (1, wavefronts, 1)
+
+
 def test_report_prints_a_table_per_launch():
     x, out = torch.arange(1000, dtype=torch.float32), torch.zeros(1)
     with ab.profile() as report:

@@ -93,7 +93,7 @@ struct ProfileState {
   int64_t barriers = 0;
 };
 
-// How many distinct values v[0..n) holds (sorts them).
+// Sorts v[0..n) and keeps each value once, in v[0..d); returns d.
 ATTNBOOK_UNCHECKED inline int distinct(uint64_t* v, int n) {
   for (int i = 1; i < n; ++i)   // insertion sort: n is at most a few hundred
     for (int j = i; j > 0 && v[j - 1] > v[j]; --j) {
@@ -102,7 +102,8 @@ ATTNBOOK_UNCHECKED inline int distinct(uint64_t* v, int n) {
       v[j - 1] = t;
     }
   int d = 0;
-  for (int i = 0; i < n; ++i) d += i == 0 || v[i] != v[i - 1];
+  for (int i = 0; i < n; ++i)
+    if (i == 0 || v[i] != v[d - 1]) v[d++] = v[i];
   return d;
 }
 
