@@ -8,6 +8,7 @@ import torch
 
 import attnbook as ab
 from attnbook.reference import fragments as ptx
+from fragment_cases import check_ldmatrix, gather_c, mma_case
 
 HERE = pathlib.Path(__file__).parent / "cuda"
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 1), ("shuffle", 2)]
@@ -226,46 +227,16 @@ def test_invalid_launch_configuration(ext):
 
 
 # ---- tensor cores against the PTX ISA's fragment tables ------------------------------
-def to_bits(x, dtype):
-    return x.to(dtype).view(torch.int16).to(torch.int32) & 0xFFFF
-
-
-def pack_fragments(m, layout, regs, dtype):
-    """Per-lane registers [32, 4] (the first `regs` used) of matrix m under a layout
-    (lane, element) -> (row, col)."""
-    out = torch.zeros(32, 4, dtype=torch.int64)
-    bits = to_bits(m, dtype)
-    for lane in range(32):
-        for i in range(2 * regs):
-            r, c = layout(lane, i)
-            out[lane, i // 2] |= int(bits[r, c]) << (16 * (i % 2))
-    out[out >= 2**31] -= 2**32          # reinterpret as int32 bit patterns
-    return out.to(torch.int32)
-
-
 @pytest.mark.parametrize("kind,k,dtype,a_layout,b_layout", [
     (0, 16, torch.float16, ptx.a_m16n8k16, ptx.b_m16n8k16),
     (1, 16, torch.bfloat16, ptx.a_m16n8k16, ptx.b_m16n8k16),
     (2, 8, torch.float16, ptx.a_m16n8k8, ptx.b_m16n8k8),
 ])
 def test_mma_fragment_layouts(ext, kind, k, dtype, a_layout, b_layout):
-    g = torch.Generator().manual_seed(kind)
-    A = torch.randn(16, k, generator=g).to(dtype).float()
-    B = torch.randn(k, 8, generator=g).to(dtype).float()
-    C = torch.randn(16, 8, generator=g)
-    a = pack_fragments(A, a_layout, k // 4, dtype)
-    b = pack_fragments(B, b_layout, k // 8, dtype)
-    c = torch.zeros(32, 4)
-    for lane in range(32):
-        for i in range(4):
-            c[lane, i] = C[ptx.c_m16n8(lane, i)]
+    a, b, c, want = mma_case(kind, k, dtype, a_layout, b_layout)
     d = torch.zeros(32, 4)
     run(ext, "mma", [a, b, c, d], args=[kind])
-    D = torch.zeros(16, 8)
-    for lane in range(32):
-        for i in range(4):
-            D[ptx.c_m16n8(lane, i)] = d[lane, i]
-    torch.testing.assert_close(D, A @ B + C, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gather_c(d), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("n", [1, 2, 4])
@@ -275,16 +246,7 @@ def test_ldmatrix_layouts(ext, n, trans):
     m = torch.arange(4 * 64, dtype=torch.int32).to(torch.int16)
     out = torch.zeros(32 * 4, dtype=torch.int32)
     run(ext, f"ldmatrix_x{n}" + ("_trans" if trans else ""), [m, out])
-    out = out.view(32, 4)
-    for lane in range(32):
-        for mat in range(n):
-            for i in range(2):
-                r, c = ptx.ldmatrix(lane, i)
-                if trans:
-                    r, c = c, r
-                want = mat * 64 + r * 8 + c
-                assert (int(out[lane, mat]) >> (16 * i)) & 0xFFFF == want, \
-                    (lane, mat, i)
+    check_ldmatrix(out, n, trans)
 
 
 def test_wrong_fragment_layout_is_caught(ext):

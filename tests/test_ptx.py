@@ -9,6 +9,7 @@ import torch
 import attnbook as ab
 from attnbook.reference import fragments as ptx
 from attnbook.toolchain import ptx as ptx_transform
+from fragment_cases import check_ldmatrix, gather_c, mma_case
 
 HERE = pathlib.Path(__file__).parent / "cuda"
 
@@ -24,39 +25,11 @@ def ext():
     return build()
 
 
-def to_bits(x, dtype):
-    return x.to(dtype).view(torch.int16).to(torch.int32) & 0xFFFF
-
-
-def pack_fragments(m, layout, regs, dtype):
-    out = torch.zeros(32, 4, dtype=torch.int64)
-    bits = to_bits(m, dtype)
-    for lane in range(32):
-        for i in range(2 * regs):
-            r, c = layout(lane, i)
-            out[lane, i // 2] |= int(bits[r, c]) << (16 * (i % 2))
-    out[out >= 2**31] -= 2**32
-    return out.to(torch.int32)
-
-
 def run_mma(ext, kind, k, dtype, a_layout, b_layout):
-    g = torch.Generator().manual_seed(kind)
-    A = torch.randn(16, k, generator=g).to(dtype).float()
-    B = torch.randn(k, 8, generator=g).to(dtype).float()
-    C = torch.randn(16, 8, generator=g).to(dtype).float()
-    a = pack_fragments(A, a_layout, k // 4, dtype)
-    b = pack_fragments(B, b_layout, k // 8, dtype)
-    c = torch.zeros(32, 4)
-    for lane in range(32):
-        for i in range(4):
-            c[lane, i] = C[ptx.c_m16n8(lane, i)]
+    a, b, c, want = mma_case(kind, k, dtype, a_layout, b_layout, c_dtype=dtype)
     d = torch.zeros(32, 4)
     ext.run("mma", [a, b, c, d], kind)
-    D = torch.zeros(16, 8)
-    for lane in range(32):
-        for i in range(4):
-            D[ptx.c_m16n8(lane, i)] = d[lane, i]
-    return D, A @ B + C
+    return gather_c(d), want
 
 
 @pytest.mark.parametrize("kind,k,dtype,a_layout,b_layout,tol", [
@@ -84,15 +57,7 @@ def test_ldmatrix_against_the_fragment_table(ext, n, trans):
     m = torch.arange(4 * 64, dtype=torch.int32).to(torch.int16)
     out = torch.zeros(32 * 4, dtype=torch.int32)
     ext.run(f"ldmatrix_x{n}" + ("_trans" if trans else ""), [m, out], 0)
-    out = out.view(32, 4)
-    for lane in range(32):
-        for mat in range(n):
-            for i in range(2):
-                r, c = ptx.ldmatrix(lane, i)
-                if trans:
-                    r, c = c, r
-                assert (int(out[lane, mat]) >> (16 * i)) & 0xFFFF == \
-                    mat * 64 + r * 8 + c, (lane, mat, i)
+    check_ldmatrix(out, n, trans)
 
 
 @pytest.mark.parametrize("src_bytes", [16, 8, 0])
