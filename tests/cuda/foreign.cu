@@ -1,4 +1,4 @@
-// Kernels in the styles found in blogs, courses and repositories, each with its own host
+// Kernels in the styles of blogs, courses and repositories, each with its own host
 // code: the toolkit's headers, runtime API and launch forms, unmodified.
 #include <cooperative_groups.h>
 #include <cooperative_groups/memcpy_async.h>
@@ -29,7 +29,7 @@ using namespace nvcuda;
     }                                                                             \
   } while (0)
 
-// ---- 1. a course-style program: cudaMalloc, copies, events, the device's properties --
+// ---- 1. a course-style program: cudaMalloc, copies, events, device properties --
 template <int kScale, bool kNegate>
 __global__ void scale_sum(const float* x, float* out, int n) {
   extern __shared__ __align__(sizeof(float4)) unsigned char smem_raw[];
@@ -141,7 +141,7 @@ __global__ void wmma_gemm(const half* a, const half* b, float* c) {
   wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
 }
 
-// ---- 4. the pipeline primitives and cuda::barrier -------------------------------------
+// ---- 4. the pipeline primitives and cuda::barrier ------------------------------
 #pragma nv_diag_suppress static_var_with_dynamic_init
 __global__ void pipeline_copy(const float4* in, float4* out) {
   __shared__ float4 stage[2][64];
@@ -161,7 +161,7 @@ __global__ void pipeline_copy(const float4* in, float4* out) {
   out[64 + t] = stage[1][63 - t];
 }
 
-// ---- 5. warp specialisation: producer and consumer warps wait at different lines ------
+// ---- 5. warp specialisation: producer and consumer warps wait at different lines
 __global__ void producer_consumer(const float* in, float* out, int tiles) {
   __shared__ float buf[32];
   const bool producer = threadIdx.x < 32;
@@ -215,7 +215,7 @@ __global__ void add_one(float* x, int n) {
 
 int host_launch_kernel(float* x, int n) {
   void* args[] = {&x, &n};
-  return int(cudaLaunchKernel(add_one, dim3((n + 63) / 64), dim3(64), args, 0, nullptr));
+  return int(cudaLaunchKernel(add_one, dim3((n + 63) / 64), dim3(64), args, 0, 0));
 }
 
 void launch(const std::string& w, void* p0, void* p1, void* p2, int a0) {
