@@ -6,6 +6,8 @@ import functools
 import attnbook as ab
 
 SOURCE = r"""
+#include <cuda_pipeline.h>
+
 // ---- memcheck ----
 __global__ void write_past_end(float* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -40,6 +42,17 @@ __global__ void foreign_local(const float* x, float* out, int n) {
   __syncthreads();
   out[threadIdx.x] = where[0];  // @foreign
   __syncthreads();
+}
+// Each thread copies 4 floats of x to the tile with cp.async; the bound lets one thread
+// past the end of x.
+__global__ void async_past_end(const float* x, float* out, int n) {
+  __shared__ float4 tile[32];
+  int t = threadIdx.x;
+  if (4 * t <= n) __pipeline_memcpy_async(&tile[t], &x[4 * t], 16);  // @async-end
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  out[t] = tile[t].x;
 }
 
 // ---- clean: block sums through dynamic shared memory, a warp reduction, atomics, a
@@ -93,6 +106,35 @@ __global__ void hidden_war(const float* x, float* out, int n) {
   s[t] = v;  // @war-write
   __syncthreads();
   out[t] = s[t];
+}
+// Each lane's copy lands in its own word, which its neighbour reads after waiting for
+// its own copy only: nothing orders the two.
+__global__ void async_race(const float* x, float* out, int n) {
+  __shared__ float tile[32];
+  int t = threadIdx.x;
+  __pipeline_memcpy_async(&tile[t], &x[t], 4);  // @async-write
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  out[t] = tile[(t + 1) % 32];  // @async-read
+}
+// The same with a barrier after the wait: clean.
+__global__ void async_shift(const float* x, float* out, int n) {
+  __shared__ float tile[32];
+  int t = threadIdx.x;
+  __pipeline_memcpy_async(&tile[t], &x[t], 4);  // @async-copy
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  out[t] = tile[(t + 1) % 32];
+}
+
+// 16-bit elements: threads 2w and 2w + 1 write the two halves of word w, then thread
+// t + 32 reads thread t's element with no barrier between.
+__global__ void half_race(const float* x, float* out, int n) {
+  __shared__ unsigned short h[32];
+  int t = threadIdx.x;
+  if (t < 32) h[t] = (unsigned short)t;  // @half-write
+  else out[t] = h[t - 32];  // @half-read
 }
 
 // ---- profile: one warp ----
@@ -151,7 +193,11 @@ void launch_checked_case(int which, const float* x, float* out, int n, int block
     case 10: tile_columns<<<blocks, threads, smem>>>(x, out, n); break;
     case 11: wide_loads<<<blocks, threads>>>(x, out, n); break;
     case 12: shared_reads<<<blocks, threads>>>(x, out, n); break;
-    default: foreign_local<<<blocks, threads>>>(x, out, n); break;
+    case 13: foreign_local<<<blocks, threads>>>(x, out, n); break;
+    case 14: async_past_end<<<blocks, threads>>>(x, out, n); break;
+    case 15: async_race<<<blocks, threads>>>(x, out, n); break;
+    case 16: async_shift<<<blocks, threads>>>(x, out, n); break;
+    default: half_race<<<blocks, threads>>>(x, out, n); break;
   }
 }
 """
@@ -168,7 +214,8 @@ void run_case(int64_t which, at::Tensor x, at::Tensor out, int64_t n, int64_t bl
 CASES = ["write_past_end", "read_before_start", "dynamic_overrun", "static_overrun",
          "atomic_past_end", "block_sum", "warp_ordered", "shared_counter", "hidden_war",
          "strided_load", "tile_columns", "wide_loads", "shared_reads",
-         "foreign_local"]
+         "foreign_local", "async_past_end", "async_race", "async_shift",
+         "half_race"]
 
 
 @functools.cache

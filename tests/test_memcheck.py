@@ -78,6 +78,18 @@ def test_local_memory_of_another_thread():
     assert e.detail == "is in the stack of another thread"
 
 
+def test_async_copy_past_the_end():
+    # cp.async's copy is the emulator's memcpy: checked where the kernel issues it
+    x, out = torch.ones(64), torch.zeros(32)
+    with ab.sanitize(), pytest.raises(ab.MemcheckError) as info:
+        run("async_past_end", x, out, n=64)
+    e = info.value
+    assert (e.kind, e.space, e.size) == ("read", "global", 16)
+    assert (e.location, e.thread) == (line_of("async-end"), (16, 0, 0))
+    assert e.detail.startswith("is out of bounds: 0 bytes past the end of a 256-byte "
+                               "allocation")
+
+
 def test_clean_kernels_pass_and_compute_the_same():
     x = torch.arange(1000, dtype=torch.float32)
     expected = torch.zeros(1)

@@ -39,6 +39,18 @@ def test_bank_conflicts_of_a_column_read(layout, ways):
     assert writes.units == writes.ideal == 32   # the rows: conflict-free
 
 
+def test_an_async_copy_counts_as_a_global_load_and_a_shared_store():
+    x = torch.arange(32, dtype=torch.float32)
+    with ab.profile() as report:
+        run("async_shift", x, out := torch.zeros(32))
+    assert torch.equal(out, x.roll(-1))
+    (launch,) = report.launches
+    load = launch.line(line_of("async-copy"), "global", "load")
+    assert (load.requests, load.units, load.bytes) == (1, 4, 128)
+    store = launch.line(line_of("async-copy"), "shared", "store")
+    assert (store.requests, store.units, store.ideal, store.bytes) == (1, 1, 1, 128)
+
+
 def test_128_bit_shared_loads_take_four_phases():
     with ab.profile() as report:
         run("wide_loads", torch.zeros(32), out := torch.zeros(32, 4))

@@ -117,6 +117,23 @@ def test_named_barriers_order_a_producer_and_consumers(ext, order):
     assert torch.equal(out.view(4, 2, 32), want)
 
 
+def test_named_barriers_order_accesses_for_racecheck(ext):
+    x = torch.randn(4 * 32, generator=torch.Generator().manual_seed(4))
+    out = torch.zeros(4 * 64)
+    with ab.sanitize():   # the producer and consumers above: clean
+        ext.run("named_barriers", [x, out], 4)
+    tiles = x.view(4, 32)
+    assert torch.equal(out.view(4, 2, 32),
+                       torch.stack([tiles.roll(-1, 1), tiles.roll(-2, 1)], 1))
+    with ab.sanitize(), pytest.raises(ab.RaceError) as info:
+        ext.run("named_barrier_race", [x, torch.zeros(64)], 0)
+    lines = (HERE / "ptx_probe.cu").read_text().splitlines()
+    at = {m: f"cell.cu:{lines.index(t) + 1}" for t in lines
+          for m in ("tile-write", "unordered-read") if t.endswith(f"// @{m}")}
+    assert info.value.hazard == "read-after-write"
+    assert info.value.sites == (at["tile-write"], at["unordered-read"])
+
+
 @pytest.mark.parametrize("asm,name", [
     ('asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");', "wgmma.fence"),
     ('asm("bar.red.popc.u32 %0, 0, %1;" : "=r"(x) : "r"(x));', "bar.red.popc.u32"),

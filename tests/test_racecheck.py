@@ -41,6 +41,32 @@ def test_write_after_read_hidden_behind_a_warp_collective():
     assert reader == (writer + 32) % 64
 
 
+def test_async_copy_read_by_another_thread_before_a_barrier():
+    # the copy counts as a write from its cp.async on: it may land any time until the
+    # wait, and only the issuing thread's wait orders it
+    x = torch.arange(32, dtype=torch.float32)
+    with ab.sanitize(), pytest.raises(ab.RaceError) as info:
+        run("async_race", x, torch.zeros(32))
+    e = info.value
+    assert e.hazard in ("write-after-read", "read-after-write")
+    assert set(e.sites) == {line_of("async-write"), line_of("async-read")}
+    out = torch.zeros(32)
+    with ab.sanitize():
+        run("async_shift", x, out)   # a barrier after the wait: clean
+    assert torch.equal(out, x.roll(-1))
+
+
+def test_a_race_on_one_half_of_a_word_the_other_half_rewrote():
+    # thread 1 writes the other half of thread 0's word; thread 32 then reads thread
+    # 0's half: a hazard with thread 0, whatever thread 1 did
+    with ab.sanitize(), pytest.raises(ab.RaceError) as info:
+        run("half_race", torch.zeros(64), torch.zeros(64), threads=64)
+    e = info.value
+    assert e.hazard == "read-after-write"
+    assert e.sites == (line_of("half-write"), line_of("half-read"))
+    assert "thread (0,0,0) wrote" in str(e) and "thread (32,0,0) reads" in str(e)
+
+
 def test_accesses_ordered_within_a_warp_are_no_hazard():
     x, out = torch.arange(32, dtype=torch.float32), torch.zeros(32)
     with ab.sanitize():

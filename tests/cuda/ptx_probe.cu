@@ -222,6 +222,21 @@ __global__ void named_barriers(const float* in, float* out, int tiles) {
   }
 }
 
+// Barrier 1 orders warp 0's write before warp 1's reads; warp 2 reads with no barrier.
+__global__ void named_barrier_race(const float* in, float* out) {
+  __shared__ float tile[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp == 0) {
+    tile[lane] = in[lane];  // @tile-write
+    asm volatile("bar.arrive 1, 64;" ::: "memory");
+  } else if (warp == 1) {
+    asm volatile("bar.sync 1, 64;" ::: "memory");
+    out[lane] = tile[(lane + 1) % 32];
+  } else {
+    out[32 + lane] = tile[lane];  // @unordered-read
+  }
+}
+
 void launch(const char* w, void* p0, void* p1, void* p2, void* p3, int a0) {
   auto u = [](void* p) { return static_cast<uint32_t*>(p); };
   auto f = [](void* p) { return static_cast<float*>(p); };
@@ -239,4 +254,5 @@ void launch(const char* w, void* p0, void* p1, void* p2, void* p3, int a0) {
   else if (k == "arith") arith_probe<<<1, 1>>>(static_cast<int*>(p0),
                                               static_cast<int*>(p1));
   else if (k == "named_barriers") named_barriers<<<1, 96>>>(f(p0), f(p1), a0);
+  else if (k == "named_barrier_race") named_barrier_race<<<1, 96>>>(f(p0), f(p1));
 }

@@ -571,7 +571,7 @@ template <int N, bool Trans>
 inline void ldmatrix(int line, uint32_t* regs, const void* row) {
   // The collective reads every lane's row; the checked build sees each read here, as
   // the lane's own: lanes 0..8N-1 give a row of 8 16-bit elements each.
-  if (rt().cur->linear % kWarp < 8 * N) note_read(row, 16);
+  if (rt().cur->linear % kWarp < 8 * N) note_access(row, 16, false);
   uint32_t out[N];
   LdmatrixLane lane{static_cast<const uint16_t*>(row), out};
   warp_collective(0xffffffffu, line, &lane, &ldmatrix_all<N, Trans>);

@@ -3,8 +3,8 @@
 #pragma once
 
 // Copy `size` bytes (4, 8 or 16), the last `zfill` of them zeros instead of source.
-inline void __pipeline_memcpy_async(void* dst, const void* src, size_t size,
-                                    size_t zfill = 0) {
+__attribute__((always_inline)) inline void __pipeline_memcpy_async(
+    void* dst, const void* src, size_t size, size_t zfill = 0) {
   ::attnbook_emu::ptx::cp_async(__LINE__, dst, src, int(size), int(size - zfill), false);
 }
 inline void __pipeline_commit() { ::attnbook_emu::ptx::cp_async_commit(); }

@@ -119,17 +119,36 @@ ATTNBOOK_UNCHECKED inline void on_new_worker(Runtime& r) {
 
 namespace attnbook_emu {
 
-// Racecheck's record of one 4-byte word of shared memory in the current interval:
-// one writer and up to two readers, each with the bytes it touched (a mask), its
-// warp's collective count then, and its call site (an offset in this extension). A
-// second thread writing other bytes of the word (16-bit elements) takes the writer's
-// place: a hazard on the first one's bytes can go unseen, never one be made up.
+// Racecheck's record of one 4-byte word of shared memory in the current interval: its
+// last writer and up to two readers. Every access reads it, so it is small (8 bytes: a
+// tile's records stay in the L1 cache); the interval is its low 16 bits (0: no record).
 struct Shadow {
-  uint32_t interval = 0;
-  uint8_t wmask, rmask[2];
+  uint16_t interval = 0;
   int16_t writer, reader[2];
-  uint32_t wgen, rgen[2];
-  uint32_t wpc, rpc[2];
+};
+
+// One recorded access: the bytes of the word it touched (a mask), its warp's collective
+// count and the block's named-barrier count then, its call site (an offset in this
+// extension).
+struct Site {
+  uint8_t mask;
+  uint32_t gen, bar, pc;
+};
+
+// What only a recorded access writes and a hazard reads, beside each Shadow: the sites
+// of its writer and readers, and the writer before the last one if it wrote other bytes
+// (two threads writing the two halves of a word: 16-bit elements). A third writer of
+// other bytes takes the place of the older one: a hazard on its bytes can go unseen,
+// never one be made up.
+struct Sites {
+  Site w, r[2], w2;
+  int16_t writer2;
+};
+
+// A region's records, word by word, from the word at its base.
+struct Shadows {
+  Shadow* words = nullptr;   // nullptr: not shared memory
+  Sites* sites = nullptr;
 };
 
 struct CheckState {
@@ -142,17 +161,18 @@ struct CheckState {
   size_t nallocs = 0;
   Span live[64];   // the static __shared__ variables this block has declared
   int nlive = 0;
-  Shadow* dyn_sh = nullptr;
-  Shadow* tls_sh = nullptr;
+  Shadows dyn_sh, tls_sh;
   uint32_t* gen = nullptr;    // warp_gen
   uint32_t* sync = nullptr;   // lane_sync
-  // The region of the last access that passed (ok_len 0: none), its racecheck shadow
-  // (nullptr: not shared memory) and, for a __shared__ variable, its size.
+  uint32_t bar_gen = 0;       // named barriers completed in this block
+  uint32_t* bar_sync = nullptr;   // thread_bar
+  // The region of the last access that passed (ok_len 0: none), its racecheck records
+  // and, for a __shared__ variable, its size.
   uintptr_t ok_lo = 0, ok_len = 0;
   // The usable part of the last stack slot that passed (far from any user address
   // until then).
   uintptr_t stack_lo = uintptr_t(1) << 63;
-  Shadow* ok_sh = nullptr;   // the record of the word at ok_base
+  Shadows ok_sh;   // from the word at ok_base
   uintptr_t ok_base = 0;
   size_t ok_var = 0;
   int64_t launch = 0;
@@ -160,12 +180,22 @@ struct CheckState {
   uintptr_t barrier_pc = 0;   // of the __syncthreads the last thread to arrive called
   uintptr_t tls_lo = 0, tls_hi = 0;   // this worker's thread-local block: static shared
   uint64_t interval = 0;              // barrier interval, unique across blocks
-  std::vector<uint32_t> warp_gen, lane_sync;
+  std::vector<uint32_t> warp_gen, lane_sync, thread_bar;
   std::vector<Shadow> dyn_shadow, tls_shadow;
+  std::vector<Sites> dyn_sites, tls_sites;
   std::string race;
   int races = 0;
   ProfileState profile;
 };
+
+// The next barrier interval. Records keep its low 16 bits, 0 meaning none: at every
+// wrap they are all cleared.
+ATTNBOOK_UNCHECKED inline void next_interval(CheckState& c) {
+  if (uint16_t(++c.interval)) return;
+  ++c.interval;
+  for (auto* v : {&c.dyn_shadow, &c.tls_shadow})
+    for (size_t i = 0; i < v->size(); ++i) (*v)[i].interval = 0;
+}
 
 ATTNBOOK_UNCHECKED inline void find_module(Session& s) {
   Dl_info info;
@@ -216,15 +246,23 @@ ATTNBOOK_UNCHECKED inline void on_block_start(Runtime& r, const Job& job) {
   c.module_base = c.profile.module_base = s.module_base;
   c.job = &job;
   c.launch = int64_t(s.launches.size()) - 1;
-  ++c.interval;
+  next_interval(c);
   c.warp_gen.assign(r.warps.size(), 0);
   c.lane_sync.assign(r.nthreads, 0);
+  c.thread_bar.assign(r.nthreads, 0);
+  c.bar_gen = 0;
   c.race.clear();
   c.races = 0;
   if (c.mode & kRacecheck) {
-    if (c.dyn_shadow.size() < job.smem / 4 + 1) c.dyn_shadow.resize(job.smem / 4 + 1);
-    size_t tls_words = (c.tls_hi - c.tls_lo) / 4 + 1;
-    if (c.tls_shadow.size() < tls_words) c.tls_shadow.resize(tls_words);
+    size_t dyn_words = job.smem / 4 + 1, tls_words = (c.tls_hi - c.tls_lo) / 4 + 1;
+    if (c.dyn_shadow.size() < dyn_words) {
+      c.dyn_shadow.resize(dyn_words);
+      c.dyn_sites.resize(dyn_words);
+    }
+    if (c.tls_shadow.size() < tls_words) {
+      c.tls_shadow.resize(tls_words);
+      c.tls_sites.resize(tls_words);
+    }
   }
   if ((c.mode & kProfile) && c.profile.nlogs < size_t(r.nthreads)) {
     size_t bytes = r.nthreads * sizeof(Buffer<Access>);
@@ -246,10 +284,11 @@ ATTNBOOK_UNCHECKED inline void on_block_start(Runtime& r, const Job& job) {
   c.nlive = 0;
   c.ok_len = 0;
   c.stack_lo = uintptr_t(1) << 63;
-  c.dyn_sh = c.dyn_shadow.data();
-  c.tls_sh = c.tls_shadow.data();
+  c.dyn_sh = {c.dyn_shadow.data(), c.dyn_sites.data()};
+  c.tls_sh = {c.tls_shadow.data(), c.tls_sites.data()};
   c.gen = c.warp_gen.data();
   c.sync = c.lane_sync.data();
+  c.bar_sync = c.thread_bar.data();
 }
 
 ATTNBOOK_UNCHECKED inline void on_static_shared(Runtime& r, void* p, size_t bytes) {
@@ -335,7 +374,7 @@ ATTNBOOK_UNCHECKED inline std::string nearest(const std::vector<Span>& spans,
 ATTNBOOK_UNCHECKED inline void on_barrier(Runtime& r) {
   CheckState* c = r.check;
   if (!c) return;
-  ++c->interval;
+  next_interval(*c);
   ++c->profile.barriers;
   if (c->mode & kProfile) {
     flush_profile(r, c->profile);
@@ -434,7 +473,7 @@ enum Bad { kDynamicPastEnd, kStaticShared, kGuard, kOtherStack, kGlobalMemory };
 
 // Remember [lo, hi) as the region of the last access, for the next one (see access).
 ATTNBOOK_UNCHECKED inline void remember(CheckState& c, uintptr_t lo, uintptr_t hi,
-                                        Shadow* sh = nullptr, uintptr_t base = 0,
+                                        Shadows sh = {}, uintptr_t base = 0,
                                         size_t var = 0) {
   c.ok_lo = lo;
   c.ok_len = hi - lo;
@@ -512,7 +551,8 @@ ATTNBOOK_HOT inline void access(const void* p, size_t n, bool write, void* ret,
     return;
   bool known = !atomic && a - c.ok_lo < c.ok_len && n <= c.ok_lo + c.ok_len - a;
   if (known) {
-    if (c.ok_sh && (c.mode & kRacecheck))
+    if (c.ok_sh.words && (c.mode & kRacecheck) &&
+        !race_unchanged(*r, c, c.ok_sh, c.ok_base, a, n, write))
       race_access(*r, c, c.ok_sh, c.ok_base, a, n, write, pc, c.ok_var, a - c.ok_lo);
     if (!(c.mode & kProfile)) return;
   }
@@ -530,11 +570,12 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void note_barrier() {
     r->check->barrier_pc = reinterpret_cast<uintptr_t>(__builtin_return_address(0)) - 1;
 }
 
-// A read that emulator code makes for the calling lane (ldmatrix's rows): checked and
-// counted at the kernel's call site.
-__attribute__((noinline)) ATTNBOOK_UNCHECKED inline void note_read(const void* p,
-                                                                   size_t bytes) {
-  access(p, bytes, false, __builtin_return_address(0));
+// An access that emulator code makes for the calling lane (ldmatrix's rows, cp.async's
+// copy): checked and counted at the kernel's call site.
+__attribute__((noinline)) ATTNBOOK_UNCHECKED inline void note_access(const void* p,
+                                                                     size_t bytes,
+                                                                     bool write) {
+  if (bytes) access(p, bytes, write, __builtin_return_address(0));
 }
 
 }  // namespace attnbook_emu

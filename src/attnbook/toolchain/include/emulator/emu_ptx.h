@@ -107,8 +107,9 @@ inline void check_aligned(int line, const void* p, size_t bytes) {
   fail(buf);
 }
 
-inline void cp_async(int line, void* dst, const void* src, int bytes, int src_bytes,
-                     bool cg) {
+// Inlined into the kernel: the checked build names the copy by the kernel's line.
+__attribute__((always_inline)) inline void cp_async(int line, void* dst, const void* src,
+                                                    int bytes, int src_bytes, bool cg) {
   if ((cg && bytes != 16) || (bytes != 4 && bytes != 8 && bytes != 16)) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "cp.async%s on line %d: a copy of %d bytes (%s)",
@@ -118,6 +119,11 @@ inline void cp_async(int line, void* dst, const void* src, int bytes, int src_by
   check_aligned(line, dst, size_t(bytes));
   check_aligned(line, src, size_t(bytes));
   if (src_bytes < 0 || src_bytes > bytes) src_bytes = bytes;
+  // The checked build sees the copy here, where it is issued: memcheck checks both
+  // ends, racecheck counts the shared write from now (it may land any time until the
+  // wait), the profile counts a load and a store.
+  note_access(src, size_t(src_bytes), false);
+  note_access(dst, size_t(bytes), true);
   EmulatorCode guard(rt());
   async_copies().open.push_back({dst, src, bytes, src_bytes});
 }
@@ -127,7 +133,8 @@ inline void cp_async_commit() {
   c.groups.push_back(std::move(c.open));
   c.open.clear();
 }
-// The copies themselves are libc's memcpy: the checked build does not see them.
+// The copies themselves are libc's memcpy, seen by the checked build where they were
+// issued (cp_async).
 inline void cp_async_wait(uint64_t pending) {
   EmulatorCode guard(rt());
   AsyncCopies& c = async_copies();
@@ -177,7 +184,11 @@ inline uint32_t laneid() { return uint32_t(rt().cur->linear % kWarp); }
 // bar.sync waits until `count` threads have arrived at barrier `id` (by bar.sync or
 // bar.arrive); bar.arrive counts itself and goes on. Barrier 0 of the whole block is
 // __syncthreads. A waiting thread shows as waiting at a barrier on the asm's line.
-struct NamedBarrier { uint32_t expected = 0, arrived = 0; std::vector<Thread*> waiting; };
+struct NamedBarrier {
+  uint32_t expected = 0;
+  std::vector<int> arrived;   // the threads, in the order they arrived
+  std::vector<Thread*> waiting;
+};
 inline NamedBarrier& named_barrier_of(uint32_t id) {
   static thread_local uint64_t epoch = ~uint64_t(0);
   static thread_local const void* block = nullptr;
@@ -204,16 +215,18 @@ inline void named_barrier(int line, uint32_t id, uint32_t count, bool wait) {
   }
   if (id == 0 && wait) return void(syncthreads(line));
   NamedBarrier& b = named_barrier_of(id);
-  if (b.arrived == 0) b.expected = count;
+  if (b.arrived.empty()) b.expected = count;
   if (b.expected != count) {
     std::snprintf(buf, sizeof buf, "bar on line %d: barrier %u awaited by %u and by %u "
                   "threads at once", line, id, b.expected, count);
     fail(buf);
   }
-  if (++b.arrived == b.expected) {
+  b.arrived.push_back(r.cur->linear);
+  if (b.arrived.size() == b.expected) {
     for (Thread* t : b.waiting) t->state = State::Runnable;
+    on_named_barrier(r, b.arrived);   // racecheck: these threads are now in order
     b.waiting.clear();
-    b.arrived = 0;
+    b.arrived.clear();
     return;
   }
   if (!wait) return;

@@ -317,9 +317,10 @@ inline void on_block_start(Runtime& r, const struct Job& job);
 inline void on_block_end(Runtime& r);
 inline void on_barrier(Runtime& r);
 inline void on_warp_sync(Runtime& r, int warp, uint32_t group);
+inline void on_named_barrier(Runtime& r, const std::vector<int>& threads);
 inline void leave_kernel();
 inline void note_barrier();
-inline void note_read(const void* p, size_t bytes);
+inline void note_access(const void* p, size_t bytes, bool write);
 inline void on_static_shared(Runtime& r, void* p, size_t bytes);
 
 // Emulator code called from kernel code (barriers, collectives) reads other threads'
@@ -1201,10 +1202,11 @@ inline void on_block_start(Runtime&, const Job&) {}
 inline void on_block_end(Runtime&) {}
 inline void on_barrier(Runtime&) {}
 inline void on_warp_sync(Runtime&, int, uint32_t) {}
+inline void on_named_barrier(Runtime&, const std::vector<int>&) {}
 inline void note_allocation(const void*, size_t) {}
 inline void leave_kernel() {}
 inline void note_barrier() {}
-inline void note_read(const void*, size_t) {}
+inline void note_access(const void*, size_t, bool) {}
 inline void on_static_shared(Runtime&, void*, size_t) {}
 }  // namespace attnbook_emu
 #endif
