@@ -22,17 +22,23 @@ access of kernel code is checked:
   0x...``; its attributes hold the parts (``kind``, ``space``, ``size``,
   ``location``, ``thread``, ``block``, ``detail``). Kernel code that an error
   stopped leaves no trace: the next launch runs normally. As on a GPU, a tensor's
-  bounds are its storage's (a view's neighbours in the same storage pass); copies the
-  C library makes (a large ``memcpy``) are not seen.
+  bounds are its storage's (a view's neighbours in the same storage pass). An
+  asynchronous copy (``cp.async``, ``__pipeline_memcpy_async``) is checked at both ends
+  where it is issued; other copies the C library makes (a large ``memcpy``) are not
+  seen.
 * racecheck: two accesses to the same shared byte by different threads, at least one a
-  write, with no ``__syncthreads`` between them (and, within a warp, no ``__syncwarp``
-  or other collective taken by both) raise :class:`RaceError` at the end of the launch:
-  the hazard (read-after-write, write-after-read, write-after-write) and both access
-  sites. It is found whatever order the threads run in, so also where the emulator's
-  schedule hides it (a warp collective holds every lane of a warp until all arrive).
-  Atomics never race. Each 4-byte word keeps one writer and two readers: where threads
-  write different halves of a word (16-bit elements), a hazard on the first half can
-  go unreported; none is ever made up.
+  write, with no ``__syncthreads`` between them (nor a named barrier, ``bar.sync id``,
+  both took part in, nor within a warp a ``__syncwarp`` or other collective taken by
+  both) raise :class:`RaceError` at the end of the launch: the hazard
+  (read-after-write, write-after-read, write-after-write) and both access sites. It is
+  found whatever order the threads run in, so also where the emulator's schedule hides
+  it (a warp collective holds every lane of a warp until all arrive). Atomics never
+  race; an asynchronous copy writes its shared destination from the moment it is
+  issued. Each 4-byte word keeps two writers of different bytes (the two halves of
+  16-bit elements) and two readers, and two threads count as ordered once both have
+  passed a named barrier or collective after the first access, even different ones: a
+  hazard can go unreported where more threads share a word or such barriers
+  interleave; none is ever made up.
 
 Profile::
 
@@ -52,9 +58,10 @@ are requested, not missed), local memory is not counted (the CPU's registers are
 the GPU's), and lines inside ``ab.compile``'d text are named ``cell.cu``.
 
 The checked build costs a call per memory access: on the fused fp32 attention
-(B=2, H=2, S=64, D=64, causal, where the plain emulator takes half a millisecond),
-memcheck takes about 10 times the plain time, memcheck with racecheck about 23 times
-(``sanitize(racecheck=False)`` for memcheck alone), and the profile about 70.
+(B=2, H=2, S=64, D=64, causal, where the plain emulator takes half a millisecond on
+one CPU thread), memcheck takes about 10 times the plain time, memcheck with racecheck
+about 14 times (``sanitize(racecheck=False)`` for memcheck alone), and the profile
+about 70.
 """
 from __future__ import annotations
 
@@ -131,8 +138,8 @@ def mode() -> int:
 @contextlib.contextmanager
 def sanitize(memcheck: bool = True, racecheck: bool = True):
     """Run memcheck and racecheck (or the one asked for: memcheck alone costs about
-    half as much) on every emulator launch inside the ``with`` block (see the
-    module's documentation)."""
+    three quarters as much) on every emulator launch inside the ``with`` block (see
+    the module's documentation)."""
     checks = (MEMCHECK if memcheck else 0) | (RACECHECK if racecheck else 0)
     _active.append(checks)
     try:
