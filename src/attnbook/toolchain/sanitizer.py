@@ -51,11 +51,12 @@ counts, per launch and source line, warp-wide requests (a warp's accesses groupe
 instruction that made them), the 32-byte sectors global requests touch and the
 wavefronts shared requests take (32 banks of 4 bytes; 64-bit accesses in two phases of
 16 lanes, 128-bit in four of 8: a wavefront per phase when there is no bank conflict),
-bytes moved, and the barriers passed (``__syncthreads``, per line and launch). A stride-1 float load is 4 sectors per
-request, a stride-32 one 32; reading a 32x32 float tile by column takes 32 wavefronts,
-padded to 33 columns or XOR-swizzled 1. Known limits: no timing, no caches (sectors
-are requested, not missed), local memory is not counted (the CPU's registers are not
-the GPU's), and lines inside ``ab.compile``'d text are named ``cell.cu``.
+bytes moved, and the barriers passed (``__syncthreads``, per line and launch). A
+stride-1 float load is 4 sectors per request, a stride-32 one 32; reading a 32x32
+float tile by column takes 32 wavefronts, padded to 33 columns or XOR-swizzled 1.
+Known limits: no timing, no caches (sectors are requested, not missed), local memory
+is not counted (the CPU's registers are not the GPU's), and lines inside
+``ab.compile``'d text are named ``cell.cu``.
 
 The checked build costs a call per memory access: on the fused fp32 attention
 (B=2, H=2, S=64, D=64, causal, where the plain emulator takes half a millisecond on

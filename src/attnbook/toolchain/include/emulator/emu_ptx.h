@@ -108,8 +108,9 @@ inline void check_aligned(int line, const void* p, size_t bytes) {
 }
 
 // Inlined into the kernel: the checked build names the copy by the kernel's line.
-__attribute__((always_inline)) inline void cp_async(int line, void* dst, const void* src,
-                                                    int bytes, int src_bytes, bool cg) {
+__attribute__((always_inline)) inline void cp_async(int line, void* dst,
+                                                    const void* src, int bytes,
+                                                    int src_bytes, bool cg) {
   if ((cg && bytes != 16) || (bytes != 4 && bytes != 8 && bytes != 16)) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "cp.async%s on line %d: a copy of %d bytes (%s)",

@@ -13,9 +13,9 @@ namespace attnbook_emu {
 
 // ---- racecheck ---------------------------------------------------------------------
 // Whether thread a's access, made when its warp's collective count was gen and the
-// block's named-barrier count bar, comes before thread b's access now: both lanes of one
-// warp have since taken part in a collective, or both threads in a named barrier. (Two
-// different ones count too: a hazard can go unseen, never one be made up.)
+// block's named-barrier count bar, comes before thread b's access now: both lanes of
+// one warp have since taken part in a collective, or both threads in a named barrier.
+// (Two different ones count too: a hazard can go unseen, never one be made up.)
 ATTNBOOK_UNCHECKED inline bool ordered(const CheckState& c, int a, uint32_t gen,
                                        uint32_t bar, int b) {
   return (a / kWarp == b / kWarp && c.sync[a] > gen && c.sync[b] > gen) ||
