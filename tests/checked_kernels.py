@@ -108,24 +108,15 @@ __global__ void hidden_war(const float* x, float* out, int n) {
   out[t] = s[t];
 }
 // Each lane's copy lands in its own word, which its neighbour reads after waiting for
-// its own copy only: nothing orders the two.
-__global__ void async_race(const float* x, float* out, int n) {
-  __shared__ float tile[32];
-  int t = threadIdx.x;
-  __pipeline_memcpy_async(&tile[t], &x[t], 4);  // @async-write
-  __pipeline_commit();
-  __pipeline_wait_prior(0);
-  out[t] = tile[(t + 1) % 32];  // @async-read
-}
-// The same with a barrier after the wait: clean.
-__global__ void async_shift(const float* x, float* out, int n) {
+// its own copy only: without the barrier (barrier = 0) nothing orders the two.
+__global__ void async_shift(const float* x, float* out, int barrier) {
   __shared__ float tile[32];
   int t = threadIdx.x;
   __pipeline_memcpy_async(&tile[t], &x[t], 4);  // @async-copy
   __pipeline_commit();
   __pipeline_wait_prior(0);
-  __syncthreads();
-  out[t] = tile[(t + 1) % 32];
+  if (barrier) __syncthreads();
+  out[t] = tile[(t + 1) % 32];  // @async-read
 }
 
 // 16-bit elements: threads 2w and 2w + 1 write the two halves of word w, then thread
@@ -195,8 +186,7 @@ void launch_checked_case(int which, const float* x, float* out, int n, int block
     case 12: shared_reads<<<blocks, threads>>>(x, out, n); break;
     case 13: foreign_local<<<blocks, threads>>>(x, out, n); break;
     case 14: async_past_end<<<blocks, threads>>>(x, out, n); break;
-    case 15: async_race<<<blocks, threads>>>(x, out, n); break;
-    case 16: async_shift<<<blocks, threads>>>(x, out, n); break;
+    case 15: async_shift<<<blocks, threads>>>(x, out, n); break;
     default: half_race<<<blocks, threads>>>(x, out, n); break;
   }
 }
@@ -214,8 +204,7 @@ void run_case(int64_t which, at::Tensor x, at::Tensor out, int64_t n, int64_t bl
 CASES = ["write_past_end", "read_before_start", "dynamic_overrun", "static_overrun",
          "atomic_past_end", "block_sum", "warp_ordered", "shared_counter", "hidden_war",
          "strided_load", "tile_columns", "wide_loads", "shared_reads",
-         "foreign_local", "async_past_end", "async_race", "async_shift",
-         "half_race"]
+         "foreign_local", "async_past_end", "async_shift", "half_race"]
 
 
 @functools.cache

@@ -46,13 +46,13 @@ def test_async_copy_read_by_another_thread_before_a_barrier():
     # wait, and only the issuing thread's wait orders it
     x = torch.arange(32, dtype=torch.float32)
     with ab.sanitize(), pytest.raises(ab.RaceError) as info:
-        run("async_race", x, torch.zeros(32))
+        run("async_shift", x, torch.zeros(32), n=0)
     e = info.value
     assert e.hazard in ("write-after-read", "read-after-write")
-    assert set(e.sites) == {line_of("async-write"), line_of("async-read")}
+    assert set(e.sites) == {line_of("async-copy"), line_of("async-read")}
     out = torch.zeros(32)
     with ab.sanitize():
-        run("async_shift", x, out)   # a barrier after the wait: clean
+        run("async_shift", x, out, n=1)   # a barrier after the wait: clean
     assert torch.equal(out, x.roll(-1))
 
 
