@@ -16,6 +16,8 @@ both back ends.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import pathlib
@@ -212,7 +214,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
     if backend == "cuda":   # one architecture compiles fastest
         os.environ["TORCH_CUDA_ARCH_LIST"] = _arch_list(target)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _build_lock(full_name, verbose):
             warnings.simplefilter("ignore")
             from torch.utils.cpp_extension import load_inline
             module = load_inline(
@@ -263,6 +265,23 @@ def build_directory(full_name: str, verbose: bool = False) -> pathlib.Path:
     """The extension's folder in torch's extension cache (``$TORCH_EXTENSIONS_DIR``)."""
     from torch.utils.cpp_extension import _get_build_directory
     return pathlib.Path(_get_build_directory(full_name, verbose))
+
+
+@contextlib.contextmanager
+def _build_lock(full_name: str, verbose: bool):
+    """Hold the extension's build to this process. torch's own lock (a file ``lock``
+    in the build folder) stays behind when a build is killed (a notebook restarted
+    mid-build), and the next build of that extension would wait for it forever: an
+    ``flock``, which the system drops with its process, guards the build instead, and
+    a ``lock`` file found while holding it is such a leftover."""
+    folder = build_directory(full_name, verbose)
+    with open(folder / "attnbook.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            (folder / "lock").unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _write_kernel_file(full_name: str, src_name: str, text: str, verbose: bool) -> None:
