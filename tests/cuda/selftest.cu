@@ -1,11 +1,12 @@
-// Kernels that exercise the emulator's built-ins, and kernels with planted bugs it must catch.
+// Kernels that exercise the emulator's built-ins, and kernels with planted bugs it must
+// catch.
 #include <cassert>
 #include <string>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include "tensor_core.cuh"
 
-// ---- block reductions: one correct, one missing the barrier inside the tree --------------
+// ---- block reductions: one correct, one missing the barrier inside the tree ---------
 template <bool kBarrier>
 __global__ void block_sum(const float* x, float* out, int n) {
   __shared__ float s[256];
@@ -19,7 +20,8 @@ __global__ void block_sum(const float* x, float* out, int n) {
   if (t == 0) out[blockIdx.x] = s[0];
 }
 
-// ---- rotate a shared array by one, twice: the write must wait until every read is done ----
+// ---- rotate a shared array by one, twice: the write must wait until every read is
+// done ----
 template <bool kBarrier>
 __global__ void rotate_twice(const float* x, float* out) {
   __shared__ float s[128];
@@ -35,7 +37,8 @@ __global__ void rotate_twice(const float* x, float* out) {
   out[t] = s[t];
 }
 
-// ---- warp-synchronous reduction through shared memory: needs __syncwarp between steps -----
+// ---- warp-synchronous reduction through shared memory: needs __syncwarp between steps
+// -----
 template <bool kSyncwarp>
 __global__ void warp_sum_shared(const float* x, float* out) {
   __shared__ float s[32];
@@ -51,7 +54,7 @@ __global__ void warp_sum_shared(const float* x, float* out) {
   if (lane == 0) out[0] = s[0];
 }
 
-// ---- warp intrinsics -----------------------------------------------------------------------
+// ---- warp intrinsics ----------------------------------------------------------------
 __global__ void shuffles(const int* in, int* out, int mode, int arg, int width) {
   int t = threadIdx.x, v = in[t], r;
   if (mode == 0) r = __shfl_sync(0xffffffffu, v, arg, width);
@@ -72,16 +75,17 @@ __global__ void votes(const int* pred, unsigned* out) {
   out[4 * t + 0] = __ballot_sync(0xffffffffu, p);
   out[4 * t + 1] = __any_sync(0xffffffffu, p);
   out[4 * t + 2] = __all_sync(0xffffffffu, p);
-  out[4 * t + 3] = __syncthreads_count(p) * 100 + __syncthreads_and(p) * 10 + __syncthreads_or(p);
+  out[4 * t + 3] =
+      __syncthreads_count(p) * 100 + __syncthreads_and(p) * 10 + __syncthreads_or(p);
 }
 
-// ---- atomics, math, 16-bit floats, vectors, coordinates ------------------------------------
+// ---- atomics, math, 16-bit floats, vectors, coordinates -----------------------------
 __global__ void atomics(int* counters, float* fsum, unsigned long long* big) {
   int t = threadIdx.x + blockIdx.x * blockDim.x;
   atomicAdd(&counters[0], 1);
   atomicMax(&counters[1], t);
   atomicMin(&counters[2], -t);
-  atomicCAS(&counters[3], 0, t + 1);          // only the first thread to arrive succeeds
+  atomicCAS(&counters[3], 0, t + 1);   // only the first thread to arrive succeeds
   atomicExch(&counters[4], 7);
   atomicSub(&counters[5], 2);
   atomicAdd(fsum, 0.5f);
@@ -132,7 +136,7 @@ __global__ void coordinates(int* out) {
   out[b * nt + t] = kScale * (b * nt + t);
 }
 
-// ---- shared memory that nobody wrote reads as NaN -------------------------------------------
+// ---- shared memory that nobody wrote reads as NaN -----------------------------------
 __global__ void read_unwritten_shared(float* out) {
   extern __shared__ float dyn[];
   __shared__ float stat[4];
@@ -154,7 +158,7 @@ __global__ void big_dynamic_shared(float* out) {
   out[threadIdx.x] = s[blockDim.x - 1 - threadIdx.x];
 }
 
-// ---- failures that must become Python exceptions --------------------------------------------
+// ---- failures that must become Python exceptions ------------------------------------
 __global__ void failing(int mode, float* out) {
   int t = threadIdx.x;
   if (mode == 0 && blockIdx.x == 1 && t == 5) __trap();
@@ -175,9 +179,10 @@ __global__ void failing(int mode, float* out) {
   if (t < 64) out[t] = 1.f;
 }
 
-// ---- tensor cores ---------------------------------------------------------------------------
+// ---- tensor cores -------------------------------------------------------------------
 // Fragments in, fragments out: the layout is decided entirely by the test.
-__global__ void mma_fragments(const uint32_t* a, const uint32_t* b, const float* c, float* d, int kind) {
+__global__ void mma_fragments(const uint32_t* a, const uint32_t* b, const float* c,
+                              float* d, int kind) {
   int lane = threadIdx.x;
   float acc[4];
   if (kind == 0) mma_m16n8k16_f16(acc, a + 4 * lane, b + 4 * lane, c + 4 * lane);
@@ -204,23 +209,26 @@ template <bool kSwapRows>
 __global__ void mma_gemm(const __half* A, const __half* Bt, float* D) {
   int lane = threadIdx.x, g = lane / 4, t = lane % 4;
   int lo = kSwapRows ? g + 8 : g, hi = kSwapRows ? g : g + 8;
-  auto pair = [](const __half* p) { return uint32_t(__half_as_ushort(p[0])) | (uint32_t(__half_as_ushort(p[1])) << 16); };
-  uint32_t a[4] = {pair(A + lo * 16 + 2 * t), pair(A + hi * 16 + 2 * t), pair(A + lo * 16 + 2 * t + 8),
-                   pair(A + hi * 16 + 2 * t + 8)};
+  auto pair = [](const __half* p) {
+    return uint32_t(__half_as_ushort(p[0])) | (uint32_t(__half_as_ushort(p[1])) << 16);
+  };
+  uint32_t a[4] = {pair(A + lo * 16 + 2 * t), pair(A + hi * 16 + 2 * t),
+                   pair(A + lo * 16 + 2 * t + 8), pair(A + hi * 16 + 2 * t + 8)};
   uint32_t b[2] = {pair(Bt + g * 16 + 2 * t), pair(Bt + g * 16 + 2 * t + 8)};
   float c[4] = {0.f, 0.f, 0.f, 0.f}, d[4];
   mma_m16n8k16_f16(d, a, b, c);
   for (int i = 0; i < 4; ++i) D[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = d[i];
 }
 
-// ---- host launchers -------------------------------------------------------------------------
+// ---- host launchers -----------------------------------------------------------------
 void launch(const char* which, int grid, int block, int smem, int a0, int a1, int a2,
             void* p0, void* p1, void* p2, void* p3, cudaStream_t st) {
   auto f = [](void* p) { return static_cast<float*>(p); };
   auto i = [](void* p) { return static_cast<int*>(p); };
   std::string w = which;
   if (w == "block_sum") block_sum<true><<<grid, block, 0, st>>>(f(p0), f(p1), a0);
-  else if (w == "block_sum_bug") block_sum<false><<<grid, block, 0, st>>>(f(p0), f(p1), a0);
+  else if (w == "block_sum_bug")
+    block_sum<false><<<grid, block, 0, st>>>(f(p0), f(p1), a0);
   else if (w == "rotate") rotate_twice<true><<<grid, block, 0, st>>>(f(p0), f(p1));
   else if (w == "rotate_bug") rotate_twice<false><<<grid, block, 0, st>>>(f(p0), f(p1));
   else if (w == "warp_sum") warp_sum_shared<true><<<1, 32, 0, st>>>(f(p0), f(p1));
@@ -228,24 +236,48 @@ void launch(const char* which, int grid, int block, int smem, int a0, int a1, in
   else if (w == "shuffles") shuffles<<<1, 32, 0, st>>>(i(p0), i(p1), a0, a1, a2);
   else if (w == "float_shuffle_sum") float_shuffle_sum<<<1, 32, 0, st>>>(f(p0), f(p1));
   else if (w == "votes") votes<<<1, block, 0, st>>>(i(p0), static_cast<unsigned*>(p1));
-  else if (w == "atomics") atomics<<<grid, block, 0, st>>>(i(p0), f(p1), static_cast<unsigned long long*>(p2));
+  else if (w == "atomics")
+    atomics<<<grid, block, 0, st>>>(i(p0), f(p1), static_cast<unsigned long long*>(p2));
   else if (w == "math") math_fns<<<1, block, 0, st>>>(f(p0), f(p1), a0);
   else if (w == "sixteen_bit") sixteen_bit<<<grid, block, 0, st>>>(f(p0), f(p1), a0);
-  else if (w == "float4") float4_copy<<<grid, block, 0, st>>>(static_cast<float4*>(p0), static_cast<float4*>(p1), a0);
-  else if (w == "coordinates") coordinates<3><<<dim3(a0, a1, a2), dim3(4, 3, 2), 0, st>>>(i(p0));
+  else if (w == "float4")
+    float4_copy<<<grid, block, 0, st>>>(static_cast<float4*>(p0),
+                                        static_cast<float4*>(p1), a0);
+  else if (w == "coordinates")
+    coordinates<3><<<dim3(a0, a1, a2), dim3(4, 3, 2), 0, st>>>(i(p0));
   else if (w == "unwritten") read_unwritten_shared<<<grid, block, smem, st>>>(f(p0));
   else if (w == "big_smem") {
-    if (a0) cudaFuncSetAttribute(big_dynamic_shared, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (a0)
+      cudaFuncSetAttribute(big_dynamic_shared,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     big_dynamic_shared<<<1, block, smem, st>>>(f(p0));
   }
   else if (w == "failing") failing<<<grid, block, 0, st>>>(a0, f(p0));
-  else if (w == "mma") mma_fragments<<<1, 32, 0, st>>>(static_cast<uint32_t*>(p0), static_cast<uint32_t*>(p1), f(p2), f(p3), a0);
-  else if (w == "ldmatrix_x1") ldmatrix_probe<1, false><<<1, 32, 0, st>>>(static_cast<unsigned short*>(p0), static_cast<uint32_t*>(p1));
-  else if (w == "ldmatrix_x2") ldmatrix_probe<2, false><<<1, 32, 0, st>>>(static_cast<unsigned short*>(p0), static_cast<uint32_t*>(p1));
-  else if (w == "ldmatrix_x4") ldmatrix_probe<4, false><<<1, 32, 0, st>>>(static_cast<unsigned short*>(p0), static_cast<uint32_t*>(p1));
-  else if (w == "ldmatrix_x1_trans") ldmatrix_probe<1, true><<<1, 32, 0, st>>>(static_cast<unsigned short*>(p0), static_cast<uint32_t*>(p1));
-  else if (w == "ldmatrix_x2_trans") ldmatrix_probe<2, true><<<1, 32, 0, st>>>(static_cast<unsigned short*>(p0), static_cast<uint32_t*>(p1));
-  else if (w == "ldmatrix_x4_trans") ldmatrix_probe<4, true><<<1, 32, 0, st>>>(static_cast<unsigned short*>(p0), static_cast<uint32_t*>(p1));
-  else if (w == "mma_gemm") mma_gemm<false><<<1, 32, 0, st>>>(static_cast<__half*>(p0), static_cast<__half*>(p1), f(p2));
-  else if (w == "mma_gemm_bug") mma_gemm<true><<<1, 32, 0, st>>>(static_cast<__half*>(p0), static_cast<__half*>(p1), f(p2));
+  else if (w == "mma")
+    mma_fragments<<<1, 32, 0, st>>>(static_cast<uint32_t*>(p0),
+                                    static_cast<uint32_t*>(p1), f(p2), f(p3), a0);
+  else if (w == "ldmatrix_x1")
+    ldmatrix_probe<1, false><<<1, 32, 0, st>>>(static_cast<unsigned short*>(p0),
+                                               static_cast<uint32_t*>(p1));
+  else if (w == "ldmatrix_x2")
+    ldmatrix_probe<2, false><<<1, 32, 0, st>>>(static_cast<unsigned short*>(p0),
+                                               static_cast<uint32_t*>(p1));
+  else if (w == "ldmatrix_x4")
+    ldmatrix_probe<4, false><<<1, 32, 0, st>>>(static_cast<unsigned short*>(p0),
+                                               static_cast<uint32_t*>(p1));
+  else if (w == "ldmatrix_x1_trans")
+    ldmatrix_probe<1, true><<<1, 32, 0, st>>>(static_cast<unsigned short*>(p0),
+                                              static_cast<uint32_t*>(p1));
+  else if (w == "ldmatrix_x2_trans")
+    ldmatrix_probe<2, true><<<1, 32, 0, st>>>(static_cast<unsigned short*>(p0),
+                                              static_cast<uint32_t*>(p1));
+  else if (w == "ldmatrix_x4_trans")
+    ldmatrix_probe<4, true><<<1, 32, 0, st>>>(static_cast<unsigned short*>(p0),
+                                              static_cast<uint32_t*>(p1));
+  else if (w == "mma_gemm")
+    mma_gemm<false><<<1, 32, 0, st>>>(static_cast<__half*>(p0),
+                                      static_cast<__half*>(p1), f(p2));
+  else if (w == "mma_gemm_bug")
+    mma_gemm<true><<<1, 32, 0, st>>>(static_cast<__half*>(p0),
+                                     static_cast<__half*>(p1), f(p2));
 }

@@ -1,6 +1,6 @@
-// The torch-facing side of an extension: the wrapper functions that check tensors, allocate
-// outputs and call a kernel's host launcher. Deliberately light: pybind and the Tensor class,
-// not torch/extension.h (which alone takes ~20 s to compile).
+// The torch-facing side of an extension: the wrapper functions that check tensors,
+// allocate outputs and call a kernel's host launcher. Deliberately light: pybind and
+// the Tensor class, not torch/extension.h (which alone takes ~20 s to compile).
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/Exceptions.h>
@@ -16,8 +16,8 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace attnbook {
 
-// DeviceGuard g(t): until the end of the scope, kernels launch on t's GPU and stream() is
-// that GPU's current stream (not the current device's, which may be another GPU).
+// DeviceGuard g(t): until the end of the scope, kernels launch on t's GPU and stream()
+// is that GPU's current stream (not the current device's, which may be another GPU).
 #ifdef ATTNBOOK_EMULATOR
 constexpr c10::DeviceType kDevice = c10::DeviceType::CPU;
 inline cudaStream_t stream() { return nullptr; }
@@ -40,9 +40,11 @@ struct DeviceGuard {
 inline void check_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype,
                          bool contiguous = true) {
   TORCH_CHECK(t.device().type() == kDevice, name, " must be on ",
-              kDevice == c10::DeviceType::CUDA ? "a CUDA device" : "the CPU (emulator back end)",
+              kDevice == c10::DeviceType::CUDA ? "a CUDA device"
+                                               : "the CPU (emulator back end)",
               ", got ", t.device());
-  TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
+  TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ",
+              t.scalar_type());
   TORCH_CHECK(!contiguous || t.is_contiguous(), name, " must be contiguous");
 }
 

@@ -22,7 +22,8 @@ inline void sync(const thread_block& g) { g.sync(); }
 struct grid_group {
   void sync() const {
     ::attnbook_emu::fail("grid_group::sync() needs a cooperative launch "
-                         "(cudaLaunchCooperativeKernel), which the emulator does not run");
+                         "(cudaLaunchCooperativeKernel), which the emulator does "
+                         "not run");
   }
   unsigned long long thread_rank() const {
     unsigned long long block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y *
@@ -31,7 +32,8 @@ struct grid_group {
            unsigned(::attnbook_emu::rt().cur->linear);
   }
   unsigned long long size() const {
-    return 1ull * gridDim.x * gridDim.y * gridDim.z * blockDim.x * blockDim.y * blockDim.z;
+    return 1ull * gridDim.x * gridDim.y * gridDim.z * blockDim.x * blockDim.y *
+           blockDim.z;
   }
   unsigned long long num_threads() const { return size(); }
 };
@@ -56,7 +58,9 @@ struct thread_block_tile {
            ::attnbook_emu::existing_lanes(int(linear() / 32));
   }
   void sync() const { __syncwarp(mask()); }
-  template <class T> T shfl(T v, int src) const { return __shfl_sync(mask(), v, src, N); }
+  template <class T> T shfl(T v, int src) const {
+    return __shfl_sync(mask(), v, src, N);
+  }
   template <class T> T shfl_down(T v, unsigned d) const {
     return __shfl_down_sync(mask(), v, d, N);
   }
@@ -80,7 +84,9 @@ template <unsigned N>
 inline void sync(const thread_block_tile<N>& g) { g.sync(); }
 
 template <class T> struct plus { T operator()(T a, T b) const { return a + b; } };
-template <class T> struct less { T operator()(T a, T b) const { return b < a ? b : a; } };
+template <class T> struct less {
+  T operator()(T a, T b) const { return b < a ? b : a; }
+};
 template <class T> struct greater {
   T operator()(T a, T b) const { return a < b ? b : a; }
 };

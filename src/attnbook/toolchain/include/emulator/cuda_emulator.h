@@ -1,7 +1,7 @@
 // CUDA's built-ins for kernel source compiled as C++ and run on the CPU emulator.
-// compile() includes this ahead of the (lightly transformed) kernel text; ATTNBOOK_EMULATOR
-// is defined, and __CUDA_ARCH__ names the architecture the emulator behaves as (at the
-// end). Semantics follow the CUDA C++ Programming Guide and,
+// compile() includes this ahead of the (lightly transformed) kernel text;
+// ATTNBOOK_EMULATOR is defined, and __CUDA_ARCH__ names the architecture the emulator
+// behaves as (at the end). Semantics follow the CUDA C++ Programming Guide and,
 // for tensor-core fragments, the PTX ISA's per-lane layouts.
 #pragma once
 #define ATTNBOOK_EMULATOR 1
@@ -18,7 +18,7 @@
 
 #include "emu_runtime.h"
 
-// ---- qualifiers and the thread's coordinates ---------------------------------------------
+// ---- qualifiers and the thread's coordinates ----------------------------------------
 #define __global__
 #define __device__
 #define __host__
@@ -35,7 +35,7 @@
 #define gridDim (::attnbook_emu::rt().grid)
 constexpr int warpSize = 32;
 
-// ---- barriers and warp collectives -------------------------------------------------------
+// ---- barriers and warp collectives --------------------------------------------------
 // Object-like macros that construct a callable tagged with the line of the call, so the
 // emulator can name the barrier in its diagnostics: __syncthreads() is SyncAt{line}().
 #define __syncthreads ::attnbook_emu::SyncAt{__LINE__}
@@ -102,8 +102,10 @@ void shfl_all(void* const* data, uint32_t group) {
       // earlier group's lane is not; CUDA Programming Guide, __shfl_xor_sync).
       default: src = (l ^ d->arg) < base + w ? (l ^ d->arg) : l; break;
     }
-    // A lane outside the group has no defined value: hand back all-ones (NaN) so it shows.
-    d->result = (group & (1u << src)) ? static_cast<ShflLane*>(data[src])->value : ~uint64_t(0);
+    // A lane outside the group has no defined value: hand back all-ones (NaN) so it
+    // shows.
+    d->result = (group & (1u << src)) ? static_cast<ShflLane*>(data[src])->value
+                                      : ~uint64_t(0);
   }
 }
 
@@ -166,10 +168,11 @@ inline unsigned __activemask() {
   ::attnbook_emu::leave_kernel();
   ::attnbook_emu::fail("__trap() called");
 }
-// A failed device assert is a Python exception naming the line, not the host's abort(). The
-// stand-ins cassert and assert.h beside this file restore it when kernel text includes the
-// standard header (which redefines assert at every inclusion).
-#define ATTNBOOK_EMULATOR_ASSERT(e) ((e) ? (void)0 : ::attnbook_emu::assert_fail(#e, __LINE__))
+// A failed device assert is a Python exception naming the line, not the host's abort().
+// The stand-ins cassert and assert.h beside this file restore it when kernel text
+// includes the standard header (which redefines assert at every inclusion).
+#define ATTNBOOK_EMULATOR_ASSERT(e) \
+  ((e) ? (void)0 : ::attnbook_emu::assert_fail(#e, __LINE__))
 #undef assert
 #define assert(e) ATTNBOOK_EMULATOR_ASSERT(e)
 // Blocks run in parallel; a block's fibers take turns on one OS thread.
@@ -239,9 +242,9 @@ inline unsigned atomicDec(unsigned* p, unsigned lim) {
       p, [lim](unsigned o) { return (o == 0 || o > lim) ? lim : o - 1; });
 }
 
-// ---- integer and float intrinsics ----------------------------------------------------------
-// CUDA's overloaded min/max: exact overloads for floating point (NaN-ignoring, like fminf),
-// the usual arithmetic conversions for everything else.
+// ---- integer and float intrinsics ---------------------------------------------------
+// CUDA's overloaded min/max: exact overloads for floating point (NaN-ignoring, like
+// fminf), the usual arithmetic conversions for everything else.
 template <class A, class B> inline std::common_type_t<A, B> min(A a, B b) {
   using C = std::common_type_t<A, B>;
   return C(b) < C(a) ? C(b) : C(a);
@@ -255,7 +258,11 @@ inline float max(float a, float b) { return fmaxf(a, b); }
 inline double min(double a, double b) { return fmin(a, b); }
 inline double max(double a, double b) { return fmax(a, b); }
 
-template <class To, class From> inline To attnbook_bits(From f) { To t; std::memcpy(&t, &f, sizeof t); return t; }
+template <class To, class From> inline To attnbook_bits(From f) {
+  To t;
+  std::memcpy(&t, &f, sizeof t);
+  return t;
+}
 inline int __float_as_int(float x) { return attnbook_bits<int>(x); }
 inline unsigned __float_as_uint(float x) { return attnbook_bits<unsigned>(x); }
 inline float __int_as_float(int x) { return attnbook_bits<float>(x); }
@@ -265,7 +272,9 @@ inline double __longlong_as_double(long long x) { return attnbook_bits<double>(x
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(unsigned(x)); }
-inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
+inline int __clzll(long long x) {
+  return x == 0 ? 64 : __builtin_clzll((unsigned long long)x);
+}
 inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 inline unsigned __brev(unsigned x) {
@@ -273,14 +282,19 @@ inline unsigned __brev(unsigned x) {
   for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
   return r;
 }
-inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
+inline unsigned __umulhi(unsigned a, unsigned b) {
+  return unsigned((uint64_t(a) * b) >> 32);
+}
 inline int __mulhi(int a, int b) { return int((int64_t(a) * b) >> 32); }
 inline int __mul24(int a, int b) { return (a << 8 >> 8) * (b << 8 >> 8); }
-inline unsigned __umul24(unsigned a, unsigned b) { return (a & 0xffffff) * (b & 0xffffff); }
+inline unsigned __umul24(unsigned a, unsigned b) {
+  return (a & 0xffffff) * (b & 0xffffff);
+}
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
   uint64_t v = (uint64_t(y) << 32) | x;
   unsigned r = 0;
-  for (int i = 0; i < 4; ++i) r |= unsigned((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    r |= unsigned((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
   return r;
 }
 inline float __expf(float x) { return expf(x); }
@@ -305,7 +319,9 @@ inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : (x == x ? x : 0.f)); }
+inline float __saturatef(float x) {
+  return x < 0.f ? 0.f : (x > 1.f ? 1.f : (x == x ? x : 0.f));
+}
 inline int __float2int_rn(float x) { return int(nearbyintf(x)); }
 inline int __float2int_rz(float x) { return int(x); }
 inline int __float2int_rd(float x) { return int(floorf(x)); }
@@ -313,10 +329,11 @@ inline int __float2int_ru(float x) { return int(ceilf(x)); }
 inline unsigned __float2uint_rn(float x) { return unsigned(nearbyintf(x)); }
 inline float __int2float_rn(int x) { return float(x); }
 
-// ---- vector types --------------------------------------------------------------------------
+// ---- vector types -------------------------------------------------------------------
 #define ATTNBOOK_VEC2(T, N, A) struct __attribute__((aligned(A))) N##2 { T x, y; }; \
   inline N##2 make_##N##2(T x, T y) { return {x, y}; }
-#define ATTNBOOK_VEC4(T, N, A) struct __attribute__((aligned(A))) N##4 { T x, y, z, w; }; \
+#define ATTNBOOK_VEC4(T, N, A) \
+  struct __attribute__((aligned(A))) N##4 { T x, y, z, w; }; \
   inline N##4 make_##N##4(T x, T y, T z, T w) { return {x, y, z, w}; }
 ATTNBOOK_VEC2(float, float, 8)
 ATTNBOOK_VEC4(float, float, 16)
@@ -336,7 +353,8 @@ inline float3 make_float3(float x, float y, float z) { return {x, y, z}; }
 struct int3 { int x, y, z; };
 inline int3 make_int3(int x, int y, int z) { return {x, y, z}; }
 
-// ---- half and bfloat16: storage is the IEEE bit pattern; arithmetic rounds to nearest even ---
+// ---- half and bfloat16: storage is the IEEE bit pattern; arithmetic rounds to nearest
+// even --------------------------------------------------------------------------------
 struct __half {
   unsigned short __x;
   __half() = default;
@@ -380,60 +398,77 @@ inline short __half_as_short(__half h) { return short(h.__x); }
 inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
 inline float __bfloat162float(__nv_bfloat16 h) { return float(h); }
-inline __nv_bfloat162 __float2bfloat162_rn(float f) { return {__nv_bfloat16(f), __nv_bfloat16(f)}; }
-inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__nv_bfloat16(a), __nv_bfloat16(b)}; }
-inline __nv_bfloat162 __float22bfloat162_rn(float2 f) { return {__nv_bfloat16(f.x), __nv_bfloat16(f.y)}; }
+inline __nv_bfloat162 __float2bfloat162_rn(float f) {
+  return {__nv_bfloat16(f), __nv_bfloat16(f)};
+}
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+  return {__nv_bfloat16(a), __nv_bfloat16(b)};
+}
+inline __nv_bfloat162 __float22bfloat162_rn(float2 f) {
+  return {__nv_bfloat16(f.x), __nv_bfloat16(f.y)};
+}
 inline float2 __bfloat1622float2(__nv_bfloat162 h) { return {float(h.x), float(h.y)}; }
-inline __nv_bfloat162 __halves2bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) { return {a, b}; }
+inline __nv_bfloat162 __halves2bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) {
+  return {a, b};
+}
 inline __nv_bfloat16 __low2bfloat16(__nv_bfloat162 h) { return h.x; }
 inline __nv_bfloat16 __high2bfloat16(__nv_bfloat162 h) { return h.y; }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
-inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { __nv_bfloat16 h; h.__x = u; return h; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) {
+  __nv_bfloat16 h;
+  h.__x = u;
+  return h;
+}
 
 // Scalar and paired arithmetic for both 16-bit types: compute in float, round once.
-#define ATTNBOOK_HALF_OPS(H, H2)                                                                  \
-  inline H __hadd(H a, H b) { return H(float(a) + float(b)); }                                  \
-  inline H __hsub(H a, H b) { return H(float(a) - float(b)); }                                  \
-  inline H __hmul(H a, H b) { return H(float(a) * float(b)); }                                  \
-  inline H __hdiv(H a, H b) { return H(float(a) / float(b)); }                                  \
-  inline H __hfma(H a, H b, H c) { return H(fmaf(float(a), float(b), float(c))); }             \
-  inline H __hneg(H a) { H r = a; r.__x ^= 0x8000; return r; }                                  \
-  inline H __habs(H a) { H r = a; r.__x &= 0x7fff; return r; }                                  \
-  inline H __hmax(H a, H b) { return H(fmaxf(float(a), float(b))); }                            \
-  inline H __hmin(H a, H b) { return H(fminf(float(a), float(b))); }                            \
-  inline bool __heq(H a, H b) { return float(a) == float(b); }                                  \
-  inline bool __hne(H a, H b) { return float(a) != float(b); }                                  \
-  inline bool __hlt(H a, H b) { return float(a) < float(b); }                                   \
-  inline bool __hle(H a, H b) { return float(a) <= float(b); }                                  \
-  inline bool __hgt(H a, H b) { return float(a) > float(b); }                                   \
-  inline bool __hge(H a, H b) { return float(a) >= float(b); }                                  \
-  inline bool __hisnan(H a) { return float(a) != float(a); }                                    \
-  inline int __hisinf(H a) { float f = a; return std::isinf(f) ? (f > 0 ? 1 : -1) : 0; }        \
-  inline H hexp(H a) { return H(expf(float(a))); }                                              \
-  inline H hexp2(H a) { return H(exp2f(float(a))); }                                            \
-  inline H hlog(H a) { return H(logf(float(a))); }                                              \
-  inline H hsqrt(H a) { return H(sqrtf(float(a))); }                                            \
-  inline H hrsqrt(H a) { return H(1.f / sqrtf(float(a))); }                                     \
-  inline H operator+(H a, H b) { return __hadd(a, b); }                                         \
-  inline H operator-(H a, H b) { return __hsub(a, b); }                                         \
-  inline H operator*(H a, H b) { return __hmul(a, b); }                                         \
-  inline H operator/(H a, H b) { return __hdiv(a, b); }                                         \
-  inline H operator-(H a) { return __hneg(a); }                                                 \
-  inline H& operator+=(H& a, H b) { return a = __hadd(a, b); }                                  \
-  inline H& operator-=(H& a, H b) { return a = __hsub(a, b); }                                  \
-  inline H& operator*=(H& a, H b) { return a = __hmul(a, b); }                                  \
-  inline H& operator/=(H& a, H b) { return a = __hdiv(a, b); }                                  \
-  inline H2 __hadd2(H2 a, H2 b) { return {__hadd(a.x, b.x), __hadd(a.y, b.y)}; }                \
-  inline H2 __hsub2(H2 a, H2 b) { return {__hsub(a.x, b.x), __hsub(a.y, b.y)}; }                \
-  inline H2 __hmul2(H2 a, H2 b) { return {__hmul(a.x, b.x), __hmul(a.y, b.y)}; }                \
-  inline H2 __h2div(H2 a, H2 b) { return {__hdiv(a.x, b.x), __hdiv(a.y, b.y)}; }                \
-  inline H2 __hfma2(H2 a, H2 b, H2 c) { return {__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)}; } \
-  inline H2 __hmax2(H2 a, H2 b) { return {__hmax(a.x, b.x), __hmax(a.y, b.y)}; }                \
-  inline H2 __hmin2(H2 a, H2 b) { return {__hmin(a.x, b.x), __hmin(a.y, b.y)}; }                \
-  inline H2 __hneg2(H2 a) { return {__hneg(a.x), __hneg(a.y)}; }                                \
-  inline H2 h2exp(H2 a) { return {hexp(a.x), hexp(a.y)}; }                                      \
-  inline H2 operator+(H2 a, H2 b) { return __hadd2(a, b); }                                     \
-  inline H2 operator-(H2 a, H2 b) { return __hsub2(a, b); }                                     \
+#define ATTNBOOK_HALF_OPS(H, H2)                                                       \
+  inline H __hadd(H a, H b) { return H(float(a) + float(b)); }                         \
+  inline H __hsub(H a, H b) { return H(float(a) - float(b)); }                         \
+  inline H __hmul(H a, H b) { return H(float(a) * float(b)); }                         \
+  inline H __hdiv(H a, H b) { return H(float(a) / float(b)); }                         \
+  inline H __hfma(H a, H b, H c) { return H(fmaf(float(a), float(b), float(c))); }     \
+  inline H __hneg(H a) { H r = a; r.__x ^= 0x8000; return r; }                         \
+  inline H __habs(H a) { H r = a; r.__x &= 0x7fff; return r; }                         \
+  inline H __hmax(H a, H b) { return H(fmaxf(float(a), float(b))); }                   \
+  inline H __hmin(H a, H b) { return H(fminf(float(a), float(b))); }                   \
+  inline bool __heq(H a, H b) { return float(a) == float(b); }                         \
+  inline bool __hne(H a, H b) { return float(a) != float(b); }                         \
+  inline bool __hlt(H a, H b) { return float(a) < float(b); }                          \
+  inline bool __hle(H a, H b) { return float(a) <= float(b); }                         \
+  inline bool __hgt(H a, H b) { return float(a) > float(b); }                          \
+  inline bool __hge(H a, H b) { return float(a) >= float(b); }                         \
+  inline bool __hisnan(H a) { return float(a) != float(a); }                           \
+  inline int __hisinf(H a) {                                                           \
+    float f = a;                                                                       \
+    return std::isinf(f) ? (f > 0 ? 1 : -1) : 0;                                       \
+  }                                                                                    \
+  inline H hexp(H a) { return H(expf(float(a))); }                                     \
+  inline H hexp2(H a) { return H(exp2f(float(a))); }                                   \
+  inline H hlog(H a) { return H(logf(float(a))); }                                     \
+  inline H hsqrt(H a) { return H(sqrtf(float(a))); }                                   \
+  inline H hrsqrt(H a) { return H(1.f / sqrtf(float(a))); }                            \
+  inline H operator+(H a, H b) { return __hadd(a, b); }                                \
+  inline H operator-(H a, H b) { return __hsub(a, b); }                                \
+  inline H operator*(H a, H b) { return __hmul(a, b); }                                \
+  inline H operator/(H a, H b) { return __hdiv(a, b); }                                \
+  inline H operator-(H a) { return __hneg(a); }                                        \
+  inline H& operator+=(H& a, H b) { return a = __hadd(a, b); }                         \
+  inline H& operator-=(H& a, H b) { return a = __hsub(a, b); }                         \
+  inline H& operator*=(H& a, H b) { return a = __hmul(a, b); }                         \
+  inline H& operator/=(H& a, H b) { return a = __hdiv(a, b); }                         \
+  inline H2 __hadd2(H2 a, H2 b) { return {__hadd(a.x, b.x), __hadd(a.y, b.y)}; }       \
+  inline H2 __hsub2(H2 a, H2 b) { return {__hsub(a.x, b.x), __hsub(a.y, b.y)}; }       \
+  inline H2 __hmul2(H2 a, H2 b) { return {__hmul(a.x, b.x), __hmul(a.y, b.y)}; }       \
+  inline H2 __h2div(H2 a, H2 b) { return {__hdiv(a.x, b.x), __hdiv(a.y, b.y)}; }       \
+  inline H2 __hfma2(H2 a, H2 b, H2 c) {                                                \
+    return {__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)};                             \
+  }                                                                                    \
+  inline H2 __hmax2(H2 a, H2 b) { return {__hmax(a.x, b.x), __hmax(a.y, b.y)}; }       \
+  inline H2 __hmin2(H2 a, H2 b) { return {__hmin(a.x, b.x), __hmin(a.y, b.y)}; }       \
+  inline H2 __hneg2(H2 a) { return {__hneg(a.x), __hneg(a.y)}; }                       \
+  inline H2 h2exp(H2 a) { return {hexp(a.x), hexp(a.y)}; }                             \
+  inline H2 operator+(H2 a, H2 b) { return __hadd2(a, b); }                            \
+  inline H2 operator-(H2 a, H2 b) { return __hsub2(a, b); }                            \
   inline H2 operator*(H2 a, H2 b) { return __hmul2(a, b); }
 ATTNBOOK_HALF_OPS(__half, __half2)
 ATTNBOOK_HALF_OPS(__nv_bfloat16, __nv_bfloat162)
@@ -442,8 +477,10 @@ inline __half2 atomicAdd(__half2* p, __half2 v) {
   return ::attnbook_emu::atomic_update(p, [v](__half2 o) { return __hadd2(o, v); });
 }
 
-// ---- host-side runtime API ------------------------------------------------------------------
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+// ---- host-side runtime API ----------------------------------------------------------
+enum cudaError_t {
+  cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2
+};
 enum cudaFuncAttribute {
   cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
   cudaFuncAttributePreferredSharedMemoryCarveout = 9
@@ -456,18 +493,23 @@ enum cudaMemcpyKind {
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t e) {
-  return e == cudaSuccess ? "no error" : e == cudaErrorInvalidValue ? "invalid argument" : "out of memory";
+  return e == cudaSuccess ? "no error"
+       : e == cudaErrorInvalidValue ? "invalid argument" : "out of memory";
 }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 template <class F>
 inline cudaError_t cudaFuncSetAttribute(F* fn, cudaFuncAttribute attr, int value) {
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
-  if (value < 0 || size_t(value) > ::attnbook_emu::kMaxDynamicSmem) return cudaErrorInvalidValue;
+  if (value < 0 || size_t(value) > ::attnbook_emu::kMaxDynamicSmem)
+    return cudaErrorInvalidValue;
   std::lock_guard<std::mutex> lock(::attnbook_emu::host().m);
   auto& grants = ::attnbook_emu::host().smem_optin;
   for (auto& g : grants)
-    if (g.first == reinterpret_cast<const void*>(fn)) { g.second = value; return cudaSuccess; }
+    if (g.first == reinterpret_cast<const void*>(fn)) {
+      g.second = value;
+      return cudaSuccess;
+    }
   grants.emplace_back(reinterpret_cast<const void*>(fn), value);
   return cudaSuccess;
 }
@@ -477,29 +519,48 @@ inline cudaError_t cudaMalloc(void** p, size_t n) {
   ::attnbook_emu::note_allocation(*p, n);   // memory kernels may touch (checked build)
   return cudaSuccess;
 }
-template <class T> inline cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc(reinterpret_cast<void**>(p), n); }
+template <class T> inline cudaError_t cudaMalloc(T** p, size_t n) {
+  return cudaMalloc(reinterpret_cast<void**>(p), n);
+}
 inline cudaError_t cudaFree(void* p) {
   ::attnbook_emu::note_allocation(p, 0);
   std::free(p);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { std::memcpy(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) { std::memcpy(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
-inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) { std::memset(d, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+  std::memcpy(d, s, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind,
+                                   cudaStream_t = nullptr) {
+  std::memcpy(d, s, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemset(void* d, int v, size_t n) {
+  std::memset(d, v, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) {
+  std::memset(d, v, n);
+  return cudaSuccess;
+}
 template <class T>
-inline cudaError_t cudaMemcpyToSymbol(T& symbol, const void* src, size_t n, size_t offset = 0,
+inline cudaError_t cudaMemcpyToSymbol(T& symbol, const void* src, size_t n,
+                                      size_t offset = 0,
                                       cudaMemcpyKind = cudaMemcpyHostToDevice) {
   std::memcpy(reinterpret_cast<char*>(&symbol) + offset, src, n);
   return cudaSuccess;
 }
 
-// ---- tensor cores: warp-wide matrix instructions, computed from the PTX ISA's fragments ------
+// ---- tensor cores: warp-wide matrix instructions, computed from the PTX ISA's
+// fragments ---------------------------------------------------------------------------
 namespace attnbook_emu {
 
 // The 16-bit element `i` (0 or 1) of a packed register: element 0 sits in the low half.
 inline uint16_t half_of(uint32_t reg, int i) { return uint16_t(reg >> (16 * i)); }
-inline uint32_t pack(uint16_t lo, uint16_t hi) { return uint32_t(lo) | (uint32_t(hi) << 16); }
+inline uint32_t pack(uint16_t lo, uint16_t hi) {
+  return uint32_t(lo) | (uint32_t(hi) << 16);
+}
 
 template <class T> inline float to_float(uint16_t bits) {
   T t;
@@ -509,8 +570,8 @@ template <class T> inline float to_float(uint16_t bits) {
 
 // mma.sync.aligned.m16n8k{K}.row.col.f32.{T}.{T}.f32: D(16x8) = A(16xK) B(Kx8) + C.
 // groupID g = lane / 4, t = lane % 4. A: register r holds row g + 8*(r%2), columns
-// 2t + 8*(r/2) + {0,1}. B: register r holds column g, rows 2t + 8r + {0,1}. C and D: element
-// i holds row g + 8*(i/2), column 2t + i%2.
+// 2t + 8*(r/2) + {0,1}. B: register r holds column g, rows 2t + 8r + {0,1}. C and D:
+// element i holds row g + 8*(i/2), column 2t + i%2.
 template <class T, int K>
 struct MmaLane { const uint32_t* a; const uint32_t* b; const float* c; float* d; };
 
@@ -521,9 +582,11 @@ void mma_all(void* const* data, uint32_t) {
     auto* m = static_cast<MmaLane<T, K>*>(data[lane]);
     int g = lane / 4, t = lane % 4;
     for (int r = 0; r < K / 4; ++r)
-      for (int i = 0; i < 2; ++i) A[g + 8 * (r % 2)][2 * t + 8 * (r / 2) + i] = to_float<T>(half_of(m->a[r], i));
+      for (int i = 0; i < 2; ++i)
+        A[g + 8 * (r % 2)][2 * t + 8 * (r / 2) + i] = to_float<T>(half_of(m->a[r], i));
     for (int r = 0; r < K / 8; ++r)
-      for (int i = 0; i < 2; ++i) B[2 * t + 8 * r + i][g] = to_float<T>(half_of(m->b[r], i));
+      for (int i = 0; i < 2; ++i)
+        B[2 * t + 8 * r + i][g] = to_float<T>(half_of(m->b[r], i));
     for (int i = 0; i < 4; ++i) D[g + 8 * (i / 2)][2 * t + i % 2] = m->c[i];
   }
   for (int row = 0; row < 16; ++row)
@@ -540,16 +603,17 @@ void mma_all(void* const* data, uint32_t) {
 }
 
 template <class T, int K>
-inline void mma(int line, float* d, const uint32_t* a, const uint32_t* b, const float* c) {
+inline void mma(int line, float* d, const uint32_t* a, const uint32_t* b,
+                const float* c) {
   float out[4];
   MmaLane<T, K> lane{a, b, c, out};
   warp_collective(0xffffffffu, line, &lane, &mma_all<T, K>);
   std::memcpy(d, out, sizeof out);
 }
 
-// ldmatrix.sync.aligned.m8n8.x{N}[.trans].shared.b16: lanes 8m..8m+7 give the row addresses of
-// matrix m; lane l receives, in register m, row l/4, columns 2(l%4) and 2(l%4)+1 of matrix m
-// (with .trans: column l/4, rows 2(l%4) and 2(l%4)+1).
+// ldmatrix.sync.aligned.m8n8.x{N}[.trans].shared.b16: lanes 8m..8m+7 give the row
+// addresses of matrix m; lane l receives, in register m, row l/4, columns 2(l%4) and
+// 2(l%4)+1 of matrix m (with .trans: column l/4, rows 2(l%4) and 2(l%4)+1).
 struct LdmatrixLane { const uint16_t* row; uint32_t* out; };
 
 template <int N, bool Trans>

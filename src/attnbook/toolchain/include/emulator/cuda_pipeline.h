@@ -1,5 +1,5 @@
-// cuda_pipeline.h's primitives on the CPU emulator, as cp.async (emu_ptx.h): copies land
-// when __pipeline_wait_prior returns for their batch.
+// cuda_pipeline.h's primitives on the CPU emulator, as cp.async (emu_ptx.h): copies
+// land when __pipeline_wait_prior returns for their batch.
 #pragma once
 
 // Copy `size` bytes (4, 8 or 16), the last `zfill` of them zeros instead of source.
@@ -9,4 +9,6 @@ __attribute__((always_inline)) inline void __pipeline_memcpy_async(
                                 false);
 }
 inline void __pipeline_commit() { ::attnbook_emu::ptx::cp_async_commit(); }
-inline void __pipeline_wait_prior(size_t prior) { ::attnbook_emu::ptx::cp_async_wait(prior); }
+inline void __pipeline_wait_prior(size_t prior) {
+  ::attnbook_emu::ptx::cp_async_wait(prior);
+}

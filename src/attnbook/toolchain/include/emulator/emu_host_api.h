@@ -100,24 +100,31 @@ inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int d
     case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
       *value = int(p.sharedMemPerMultiprocessor);
       break;
-    case cudaDevAttrMaxRegistersPerMultiprocessor: *value = p.regsPerMultiprocessor; break;
+    case cudaDevAttrMaxRegistersPerMultiprocessor:
+      *value = p.regsPerMultiprocessor;
+      break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
       *value = int(p.sharedMemPerBlockOptin);
       break;
-    case cudaDevAttrMaxBlocksPerMultiprocessor: *value = p.maxBlocksPerMultiProcessor; break;
+    case cudaDevAttrMaxBlocksPerMultiprocessor:
+      *value = p.maxBlocksPerMultiProcessor;
+      break;
     default: return cudaErrorInvalidValue;
   }
   return cudaSuccess;
 }
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
-inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaSetDevice(int d) {
+  return d == 0 ? cudaSuccess : cudaErrorInvalidValue;
+}
 inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = 12040; return cudaSuccess; }
 inline cudaError_t cudaDriverGetVersion(int* v) { *v = 12040; return cudaSuccess; }
 inline const char* cudaGetErrorName(cudaError_t e) {
   return e == cudaSuccess ? "cudaSuccess"
-       : e == cudaErrorInvalidValue ? "cudaErrorInvalidValue" : "cudaErrorMemoryAllocation";
+       : e == cudaErrorInvalidValue ? "cudaErrorInvalidValue"
+                                    : "cudaErrorMemoryAllocation";
 }
 
 // ---- kernel attributes and occupancy ------------------------------------------------
@@ -136,8 +143,8 @@ template <class F> inline cudaError_t cudaFuncSetCacheConfig(F*, cudaFuncCache) 
 inline cudaError_t cudaDeviceSetCacheConfig(cudaFuncCache) { return cudaSuccess; }
 
 namespace attnbook_emu {
-// Blocks of `threads` threads and `smem` bytes of dynamic shared memory that fit on one SM,
-// by threads, block slots and shared memory (registers and static shared memory are
+// Blocks of `threads` threads and `smem` bytes of dynamic shared memory that fit on one
+// SM, by threads, block slots and shared memory (registers and static shared memory are
 // unknown to the emulator: compile for a GPU and read the ptxas report for those).
 inline int blocks_per_sm(int threads, size_t smem) {
   constexpr auto s = ::attnbook_emu::device_shape();
@@ -149,7 +156,8 @@ inline int blocks_per_sm(int threads, size_t smem) {
 }
 }  // namespace attnbook_emu
 template <class F>
-inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, F*, int threads,
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, F*,
+                                                                 int threads,
                                                                  size_t smem) {
   *n = ::attnbook_emu::blocks_per_sm(threads, smem);
   return cudaSuccess;
@@ -216,7 +224,9 @@ inline cudaError_t cudaMallocHost(void** p, size_t n) { return cudaMalloc(p, n);
 template <class T> inline cudaError_t cudaMallocHost(T** p, size_t n) {
   return cudaMalloc(reinterpret_cast<void**>(p), n);
 }
-inline cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) { return cudaMalloc(p, n); }
+inline cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) {
+  return cudaMalloc(p, n);
+}
 inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
 template <class T> inline cudaError_t cudaMallocManaged(T** p, size_t n, unsigned = 1) {
   return cudaMalloc(reinterpret_cast<void**>(p), n);
@@ -251,10 +261,9 @@ inline cudaError_t cudaMemcpyToSymbolAsync(T& symbol, const void* src, size_t n,
   return cudaMemcpyToSymbol(symbol, src, n, offset, kind);
 }
 template <class T>
-inline cudaError_t cudaMemcpyFromSymbolAsync(void* dst, const T& symbol, size_t n,
-                                             size_t offset = 0,
-                                             cudaMemcpyKind kind = cudaMemcpyDeviceToHost,
-                                             cudaStream_t = nullptr) {
+inline cudaError_t cudaMemcpyFromSymbolAsync(
+    void* dst, const T& symbol, size_t n, size_t offset = 0,
+    cudaMemcpyKind kind = cudaMemcpyDeviceToHost, cudaStream_t = nullptr) {
   return cudaMemcpyFromSymbol(dst, symbol, n, offset, kind);
 }
 template <class T> inline cudaError_t cudaGetSymbolAddress(void** p, const T& symbol) {
@@ -274,6 +283,7 @@ inline void launch_with(void (*k)(P...), dim3 g, dim3 b, void** args, size_t sme
 template <class... P>
 inline cudaError_t cudaLaunchKernel(void (*k)(P...), dim3 grid, dim3 block, void** args,
                                     size_t smem = 0, cudaStream_t = nullptr) {
-  ::attnbook_emu::launch_with(k, grid, block, args, smem, std::index_sequence_for<P...>{});
+  ::attnbook_emu::launch_with(k, grid, block, args, smem,
+                              std::index_sequence_for<P...>{});
   return cudaSuccess;
 }

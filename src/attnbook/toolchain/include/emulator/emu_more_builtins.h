@@ -1,6 +1,7 @@
-// CUDA built-ins the book's kernels do not use but kernels from elsewhere do: cache-hint
-// loads and stores, warp match and reduce, scoped atomics, funnel shifts, dot products,
-// more half/bfloat16 functions and vector types. Included at the end of cuda_emulator.h.
+// CUDA built-ins the book's kernels do not use but kernels from elsewhere do:
+// cache-hint loads and stores, warp match and reduce, scoped atomics, funnel shifts,
+// dot products, more half/bfloat16 functions and vector types. Included at the end of
+// cuda_emulator.h.
 #pragma once
 
 // ---- loads and stores with cache hints: the emulator has no caches ------------------
@@ -63,8 +64,12 @@ struct Reduce {
   }
 };
 struct OpAdd { template <class T> T operator()(T a, T b) const { return a + b; } };
-struct OpMin { template <class T> T operator()(T a, T b) const { return b < a ? b : a; } };
-struct OpMax { template <class T> T operator()(T a, T b) const { return a < b ? b : a; } };
+struct OpMin {
+  template <class T> T operator()(T a, T b) const { return b < a ? b : a; }
+};
+struct OpMax {
+  template <class T> T operator()(T a, T b) const { return a < b ? b : a; }
+};
 struct OpAnd { template <class T> T operator()(T a, T b) const { return a & b; } };
 struct OpOr { template <class T> T operator()(T a, T b) const { return a | b; } };
 struct OpXor { template <class T> T operator()(T a, T b) const { return a ^ b; } };
@@ -220,13 +225,16 @@ ATTNBOOK_HALF_MORE(__nv_bfloat16, __nv_bfloat162, bfloat16)
 inline __half2 __half2half2(__half h) { return {h, h}; }
 inline __nv_bfloat162 __bfloat162bfloat162(__nv_bfloat16 h) { return {h, h}; }
 inline __half2 __hmul2_rn(__half2 a, __half2 b) { return __hmul2(a, b); }
-inline __half __float2half_rz(float f) {   // toward zero: nearest, stepped back if past f
+inline __half __float2half_rz(float f) {   // toward zero: nearest, stepped back if
+                                           // past f
   __half h(f);
   if (std::fabs(float(h)) > std::fabs(f)) h.__x -= 1;
   return h;
 }
 inline __nv_bfloat16 __half2bfloat16(__half h) { return __nv_bfloat16(float(h)); }
-inline __nv_bfloat162 make_bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) { return {a, b}; }
+inline __nv_bfloat162 make_bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) {
+  return {a, b};
+}
 
 // ---- more vector types --------------------------------------------------------------
 #define ATTNBOOK_VEC1(T, N, A) struct __attribute__((aligned(A))) N##1 { T x; }; \
@@ -235,7 +243,8 @@ inline __nv_bfloat162 make_bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) { return 
   inline N##2 make_##N##2(T x, T y) { return {x, y}; }
 #define ATTNBOOK_VEC3(T, N) struct N##3 { T x, y, z; }; \
   inline N##3 make_##N##3(T x, T y, T z) { return {x, y, z}; }
-#define ATTNBOOK_VEC4(T, N, A) struct __attribute__((aligned(A))) N##4 { T x, y, z, w; }; \
+#define ATTNBOOK_VEC4(T, N, A) \
+  struct __attribute__((aligned(A))) N##4 { T x, y, z, w; }; \
   inline N##4 make_##N##4(T x, T y, T z, T w) { return {x, y, z, w}; }
 ATTNBOOK_VEC1(float, float, 4)
 ATTNBOOK_VEC1(int, int, 4)

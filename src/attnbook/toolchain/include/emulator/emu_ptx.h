@@ -18,7 +18,8 @@ inline To bits(const T& v) {
     return t;
   } else {
     static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>,
-                  "inline PTX: an operand's C++ type has the wrong size for its register");
+                  "inline PTX: an operand's C++ type has the wrong size for its "
+                  "register");
     return To(v);
   }
 }
@@ -37,7 +38,8 @@ inline void put(T& dst, V v) {
     std::memcpy(static_cast<void*>(&dst), &v, sizeof v);
   } else {
     static_assert(std::is_arithmetic_v<T>,
-                  "inline PTX: an output's C++ type has the wrong size for its register");
+                  "inline PTX: an output's C++ type has the wrong size for its "
+                  "register");
     dst = T(v);
   }
 }
@@ -98,7 +100,8 @@ inline AsyncCopies& async_copies() {
   }
   return all[size_t(r.cur->linear)];
 }
-// A vector access must be aligned to its whole size (a GPU raises "misaligned address").
+// A vector access must be aligned to its whole size (a GPU raises "misaligned
+// address").
 inline void check_aligned(int line, const void* p, size_t bytes) {
   if (reinterpret_cast<uintptr_t>(p) % bytes == 0) return;
   char buf[160];
@@ -143,7 +146,8 @@ inline void cp_async_wait(uint64_t pending) {
   for (size_t g = 0; g < done; ++g)
     for (const Copy& k : c.groups[g]) {
       std::memcpy(k.dst, k.src, size_t(k.src_bytes));
-      std::memset(static_cast<char*>(k.dst) + k.src_bytes, 0, size_t(k.bytes - k.src_bytes));
+      std::memset(static_cast<char*>(k.dst) + k.src_bytes, 0,
+                  size_t(k.bytes - k.src_bytes));
     }
   c.groups.erase(c.groups.begin(), c.groups.begin() + std::ptrdiff_t(done));
 }
@@ -153,15 +157,16 @@ inline void cp_async_wait_all() {
 }
 
 // ---- tensor cores -------------------------------------------------------------------
-// mma.sync with f16 accumulators: C and D are two registers of packed halves, in the same
-// per-lane places as the f32 form's four floats.
+// mma.sync with f16 accumulators: C and D are two registers of packed halves, in the
+// same per-lane places as the f32 form's four floats.
 template <int K>
 inline void mma_f16_acc(int line, uint32_t* d, const uint32_t* a, const uint32_t* b,
                         const uint32_t* c) {
   float cf[4], df[4];
   for (int i = 0; i < 4; ++i) cf[i] = to_float<__half>(half_of(c[i / 2], i % 2));
   mma<__half, K>(line, df, a, b, cf);
-  for (int r = 0; r < 2; ++r) d[r] = pack(__half(df[2 * r]).__x, __half(df[2 * r + 1]).__x);
+  for (int r = 0; r < 2; ++r)
+    d[r] = pack(__half(df[2 * r]).__x, __half(df[2 * r + 1]).__x);
 }
 
 // ---- shfl.sync: c packs the segment mask as (32 - width) << 8 -----------------------
@@ -181,7 +186,7 @@ inline uint32_t lop3(uint32_t a, uint32_t b, uint32_t c, uint32_t lut) {
 
 inline uint32_t laneid() { return uint32_t(rt().cur->linear % kWarp); }
 
-// ---- named barriers: bar.sync / bar.arrive with an id (0-15) and a thread count ---------
+// ---- named barriers: bar.sync / bar.arrive with an id (0-15) and a thread count -----
 // bar.sync waits until `count` threads have arrived at barrier `id` (by bar.sync or
 // bar.arrive); bar.arrive counts itself and goes on. Barrier 0 of the whole block is
 // __syncthreads. A waiting thread shows as waiting at a barrier on the asm's line.
@@ -208,7 +213,8 @@ inline void named_barrier(int line, uint32_t id, uint32_t count, bool wait) {
   const uint32_t n = uint32_t(r.nthreads);
   if (count == 0) count = n;
   char buf[200];
-  if (id > 15 || count > n || (count % kWarp && count != n) || (id == 0 && count != n)) {
+  if (id > 15 || count > n || (count % kWarp && count != n) ||
+      (id == 0 && count != n)) {
     std::snprintf(buf, sizeof buf, "bar.%s on line %d: barrier %u for %u threads (ids "
                   "0-15, a multiple of 32 threads, barrier 0 only for the whole block)",
                   wait ? "sync" : "arrive", line, id, count);
@@ -244,6 +250,10 @@ inline void named_barrier(int line, uint32_t id, uint32_t count, bool wait) {
 inline size_t __cvta_generic_to_shared(const void* p) {
   return ::attnbook_emu::ptx::to_shared(p);
 }
-inline void* __cvta_shared_to_generic(size_t a) { return ::attnbook_emu::ptx::from_shared(a); }
-inline size_t __cvta_generic_to_global(const void* p) { return reinterpret_cast<size_t>(p); }
+inline void* __cvta_shared_to_generic(size_t a) {
+  return ::attnbook_emu::ptx::from_shared(a);
+}
+inline size_t __cvta_generic_to_global(const void* p) {
+  return reinterpret_cast<size_t>(p);
+}
 inline void* __cvta_global_to_generic(size_t a) { return reinterpret_cast<void*>(a); }

@@ -44,7 +44,8 @@
 
 struct dim3 {
   unsigned x, y, z;
-  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1)
+      : x(x_), y(y_), z(z_) {}
 };
 struct uint3 { unsigned x, y, z; };
 typedef struct CUstream_st* cudaStream_t;
@@ -53,14 +54,17 @@ namespace attnbook_emu {
 
 constexpr int kWarp = 32;
 constexpr int kMaxThreads = 1024;
-constexpr size_t kDefaultDynamicSmem = 48 * 1024;   // what a launch may use without opting in
-constexpr size_t kMaxDynamicSmem = 227 * 1024;      // the most any current GPU grants (sm_90)
+constexpr size_t kDefaultDynamicSmem = 48 * 1024;   // what a launch may use without
+                                                    // opting in
+constexpr size_t kMaxDynamicSmem = 227 * 1024;      // the most any current GPU grants
+                                                    // (sm_90)
 constexpr size_t kStackBytes = 256 * 1024;
-constexpr size_t kGuardBytes = 64 * 1024;           // printf's frame alone can jump a 4 KiB guard
+constexpr size_t kGuardBytes = 64 * 1024;           // printf's frame alone can jump
+                                                    // a 4 KiB guard
 
 struct KernelError : std::runtime_error { using std::runtime_error::runtime_error; };
 
-// ---- context switching ------------------------------------------------------------------
+// ---- context switching --------------------------------------------------------------
 #ifndef ATTNBOOK_EMU_USE_UCONTEXT
 // switch: save the callee-saved registers on the current stack, store the stack pointer
 // in *save, and resume the context whose stack pointer is `next`. The CPU predicts a
@@ -188,15 +192,16 @@ inline void commit(char* p, size_t bytes) {
     throw std::runtime_error("emulator: cannot allocate a fiber stack");
 }
 
-// ---- threads, warps, blocks --------------------------------------------------------------
+// ---- threads, warps, blocks ---------------------------------------------------------
 // Fresh: not started yet (it has no fiber until it needs one). Fresh sorts before
 // Runnable so that "may run now" is one comparison.
 enum class State : uint8_t { Fresh, Runnable, AtBarrier, AtWarp, Done };
 
-// A warp collective: every participating lane deposits a pointer to its own data; the last
-// to arrive runs `fn` over all of them (reading inputs, writing each lane's outputs), then the
-// group is released. Because each lane's data lives on its own stack, which is not touched
-// while it waits, no value can be overwritten before its owner reads it.
+// A warp collective: every participating lane deposits a pointer to its own data; the
+// last to arrive runs `fn` over all of them (reading inputs, writing each lane's
+// outputs), then the group is released. Because each lane's data lives on its own
+// stack, which is not touched while it waits, no value can be overwritten before its
+// owner reads it.
 using WarpFn = void (*)(void* const* lane_data, uint32_t group);
 
 struct Warp {
@@ -535,11 +540,12 @@ void fiber_main(void* arg) {
   __builtin_unreachable();
 }
 
-// ---- barriers ------------------------------------------------------------------------------
-// Wait until every thread of the block arrives; returns how many passed a non-zero `pred`
-// (what __syncthreads_count/_and/_or report). As on a GPU (bar.sync 0), every
+// ---- barriers -----------------------------------------------------------------------
+// Wait until every thread of the block arrives; returns how many passed a non-zero
+// `pred` (what __syncthreads_count/_and/_or report). As on a GPU (bar.sync 0), every
 // __syncthreads is the same barrier: threads waiting on different lines release it
-// together (a warp-specialised kernel does this); a thread that exits first is an error.
+// together (a warp-specialised kernel does this); a thread that exits first is an
+// error.
 inline int syncthreads(int line, int pred = 0) {
   Runtime& r = rt();
   EmulatorCode guard(r);
@@ -568,7 +574,7 @@ inline int syncthreads(int line, int pred = 0) {
   return r.sync_result;
 }
 
-// ---- warp collectives ----------------------------------------------------------------------
+// ---- warp collectives ---------------------------------------------------------------
 inline uint32_t existing_lanes(int warp) { return rt().warps[warp].lanes; }
 
 inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
@@ -580,7 +586,9 @@ inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
   uint32_t group = mask & warp.lanes;
   if (!(group & (1u << lane))) {
     char buf[128];
-    std::snprintf(buf, sizeof buf, "warp collective on line %d: mask 0x%08x excludes the calling lane %d",
+    std::snprintf(buf, sizeof buf,
+                  "warp collective on line %d: mask 0x%08x excludes the calling "
+                  "lane %d",
                   line, mask, lane);
     fail(buf);
   }
@@ -605,8 +613,10 @@ inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
     if (!(group & (1u << l))) continue;
     if (warp.mask[l] != mask || warp.fn[l] != fn) {
       char buf[200];
-      std::snprintf(buf, sizeof buf, "mismatched warp collectives: lane %d (line %d, mask 0x%08x) "
-                    "and lane %d (line %d, mask 0x%08x)", lane, line, mask, l, warp.line[l], warp.mask[l]);
+      std::snprintf(buf, sizeof buf,
+                    "mismatched warp collectives: lane %d (line %d, mask 0x%08x) "
+                    "and lane %d (line %d, mask 0x%08x)",
+                    lane, line, mask, l, warp.line[l], warp.mask[l]);
       fail(buf);
     }
   }
@@ -614,7 +624,8 @@ inline void warp_collective(uint32_t mask, int line, void* data, WarpFn fn) {
   warp.arrived &= ~group;
   on_warp_sync(r, w, group);
   for (int l = 0; l < kWarp; ++l)
-    if ((group & (1u << l)) && l != lane) r.threads[w * kWarp + l].state = State::Runnable;
+    if ((group & (1u << l)) && l != lane)
+      r.threads[w * kWarp + l].state = State::Runnable;
 }
 
 // ---- hang guard ---------------------------------------------------------------------
@@ -873,7 +884,7 @@ inline std::string cancelled_message(Job& job) {
   return msg;
 }
 
-// ---- launching -----------------------------------------------------------------------------
+// ---- launching ----------------------------------------------------------------------
 inline Order order_from_env(uint64_t& seed) {
   const char* s = std::getenv("ATTNBOOK_THREAD_ORDER");
   seed = 0;
@@ -883,8 +894,9 @@ inline Order order_from_env(uint64_t& seed) {
     if (s[7] == ':') seed = std::strtoull(s + 8, nullptr, 10);
     return Order::Shuffle;
   }
-  throw std::invalid_argument(std::string("ATTNBOOK_THREAD_ORDER must be forward, reverse or "
-                                          "shuffle[:seed], got '") + s + "'");
+  throw std::invalid_argument(
+      std::string("ATTNBOOK_THREAD_ORDER must be forward, reverse or "
+                  "shuffle[:seed], got '") + s + "'");
 }
 
 inline int core_count() {
@@ -1101,19 +1113,24 @@ struct Launch {
     char buf[256];
     long n = long(block.x) * block.y * block.z;
     if (n < 1 || n > kMaxThreads || block.z > 64) {
-      std::snprintf(buf, sizeof buf, "kernel '%s': invalid block (%u,%u,%u): at most %d threads, z <= 64",
+      std::snprintf(buf, sizeof buf,
+                    "kernel '%s': invalid block (%u,%u,%u): at most %d threads, "
+                    "z <= 64",
                     name, block.x, block.y, block.z, kMaxThreads);
       throw KernelError(buf);
     }
     if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.y > 65535 || grid.z > 65535) {
-      std::snprintf(buf, sizeof buf, "kernel '%s': invalid grid (%u,%u,%u)", name, grid.x, grid.y, grid.z);
+      std::snprintf(buf, sizeof buf, "kernel '%s': invalid grid (%u,%u,%u)", name,
+                    grid.x, grid.y, grid.z);
       throw KernelError(buf);
     }
     size_t limit = dynamic_smem_limit(reinterpret_cast<const void*>(kernel));
     if (smem > limit) {
-      std::snprintf(buf, sizeof buf, "kernel '%s': %zu bytes of dynamic shared memory requested, the "
+      std::snprintf(buf, sizeof buf,
+                    "kernel '%s': %zu bytes of dynamic shared memory requested, the "
                     "limit is %zu (raise it with cudaFuncSetAttribute(kernel, "
-                    "cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))", name, smem, limit);
+                    "cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))",
+                    name, smem, limit);
       throw KernelError(buf);
     }
     Job job;

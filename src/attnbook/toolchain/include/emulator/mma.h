@@ -56,7 +56,8 @@ struct MmaLane { const void *a, *b, *c; void* d; };
 }  // namespace detail
 
 template <class Use, int M, int N, int K, class T, class L, class P>
-inline void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const P* p, unsigned ldm) {
+inline void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const P* p,
+                             unsigned ldm) {
   static_assert(!std::is_same_v<Use, accumulator>,
                 "load_matrix_sync of an accumulator takes a layout_t");
   detail::load(f, reinterpret_cast<const T*>(p), ldm, std::is_same_v<L, row_major>);
@@ -74,12 +75,14 @@ inline void store_matrix_sync(P* p, const fragment<accumulator, M, N, K, T>& f,
   for (int e = 0; e < F::num_elements; ++e) {
     int r, c;
     detail::place<F::cols>(e, r, c);
-    (layout == mem_row_major ? q[size_t(r) * ldm + c] : q[size_t(c) * ldm + r]) = f.x[e];
+    (layout == mem_row_major ? q[size_t(r) * ldm + c] : q[size_t(c) * ldm + r]) =
+        f.x[e];
   }
 }
 template <class Use, int M, int N, int K, class T, class L>
-inline void fill_fragment(fragment<Use, M, N, K, T, L>& f,
-                          const typename fragment<Use, M, N, K, T, L>::element_type& v) {
+inline void fill_fragment(
+    fragment<Use, M, N, K, T, L>& f,
+    const typename fragment<Use, M, N, K, T, L>::element_type& v) {
   for (auto& x : f.x) x = v;
 }
 
