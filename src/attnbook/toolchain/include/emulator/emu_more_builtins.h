@@ -236,37 +236,4 @@ inline __nv_bfloat162 make_bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) {
   return {a, b};
 }
 
-// ---- more vector types --------------------------------------------------------------
-#define ATTNBOOK_VEC1(T, N, A) struct __attribute__((aligned(A))) N##1 { T x; }; \
-  inline N##1 make_##N##1(T x) { return {x}; }
-#define ATTNBOOK_VEC2(T, N, A) struct __attribute__((aligned(A))) N##2 { T x, y; }; \
-  inline N##2 make_##N##2(T x, T y) { return {x, y}; }
-#define ATTNBOOK_VEC3(T, N) struct N##3 { T x, y, z; }; \
-  inline N##3 make_##N##3(T x, T y, T z) { return {x, y, z}; }
-#define ATTNBOOK_VEC4(T, N, A) \
-  struct __attribute__((aligned(A))) N##4 { T x, y, z, w; }; \
-  inline N##4 make_##N##4(T x, T y, T z, T w) { return {x, y, z, w}; }
-ATTNBOOK_VEC1(float, float, 4)
-ATTNBOOK_VEC1(int, int, 4)
-ATTNBOOK_VEC1(unsigned, uint, 4)
-ATTNBOOK_VEC2(signed char, char, 2)
-ATTNBOOK_VEC2(unsigned char, uchar, 2)
-ATTNBOOK_VEC3(signed char, char)
-ATTNBOOK_VEC3(unsigned char, uchar)
-ATTNBOOK_VEC3(short, short)
-ATTNBOOK_VEC3(unsigned short, ushort)
-ATTNBOOK_VEC4(short, short, 8)
-ATTNBOOK_VEC4(unsigned short, ushort, 8)
-ATTNBOOK_VEC2(long long, longlong, 16)
-ATTNBOOK_VEC2(unsigned long long, ulonglong, 16)
-ATTNBOOK_VEC4(long long, longlong, 16)
-ATTNBOOK_VEC4(unsigned long long, ulonglong, 16)
-ATTNBOOK_VEC2(long, long, 16)
-ATTNBOOK_VEC2(unsigned long, ulong, 16)
-ATTNBOOK_VEC3(double, double)
-ATTNBOOK_VEC4(double, double, 16)
-#undef ATTNBOOK_VEC1
-#undef ATTNBOOK_VEC2
-#undef ATTNBOOK_VEC3
-#undef ATTNBOOK_VEC4
 inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return {x, y, z}; }
