@@ -1,21 +1,43 @@
-"""With pytest-xdist (``pytest -n auto``) the cells of one notebook run on one worker, in
-order, since they share that notebook's kernel; the unit tests spread over the workers
-one by one (xdist's ``--dist loadgroup``, made the default here)."""
+"""The cells of a notebook share one Jupyter kernel, so under pytest-xdist (``-n``) each
+notebook must run whole, in order, on one worker. xdist's ``--dist loadfile`` does
+exactly that (a notebook is a file; its cells are that file's tests): it is the default
+here when ``-n`` is given without ``--dist``, and a ``--dist`` that may split a
+notebook is refused when notebooks are tested. Without xdist, or with ``-p no:xdist``,
+nothing changes."""
+import os
+import sys
+
 import pytest
+
+# --dist modes that keep every test of one file on one worker
+WHOLE_FILES = ("no", "loadfile")
 
 
 @pytest.hookimpl(tryfirst=True)   # before xdist turns -n into --dist load
 def pytest_cmdline_main(config):
-    if getattr(config.known_args_namespace, "dist", "no") != "no":
-        return   # no xdist, or a --dist given
-    if hasattr(config, "workerinput"):
-        config.option.loadgroup = True   # a worker: it names each test by its group
-    else:
-        config.option.dist = "loadgroup"
+    option = config.option
+    if not getattr(option, "numprocesses", None):
+        return   # no xdist, or no -n
+    if option.dist == "no":
+        option.dist = "loadfile"
+    elif option.dist not in WHOLE_FILES and (getattr(option, "nbval", False)
+                                             or getattr(option, "nbval_lax", False)):
+        raise pytest.UsageError(
+            f"--dist {option.dist} would spread a notebook's cells over several "
+            "workers (each worker has its own Jupyter kernel): use --dist loadfile, "
+            "or leave --dist out")
 
 
-@pytest.hookimpl(tryfirst=True)   # before xdist reads the groups
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if item.path.suffix == ".ipynb":
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+def pytest_configure(config):
+    """Each xdist worker, and the Jupyter kernels it starts, takes its share of the
+    cores. Several processes with a thread per core each oversubscribe the machine, and
+    OpenMP threads that spin at a barrier while a core runs another process's thread
+    made a training cell ten times slower."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers:
+        return
+    share = str(max(1, (os.cpu_count() or 1) // int(workers)))
+    for variable in ("OMP_NUM_THREADS", "ATTNBOOK_EMU_WORKERS"):
+        os.environ.setdefault(variable, share)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

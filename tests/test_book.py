@@ -13,15 +13,42 @@ NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
 
 def repository():
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
-    return cfg["url"].rstrip("/"), cfg["branch"]
+    return cfg["url"].rstrip("/")
 
 
-def install_target(nb_path):
-    """The 'attnbook @ git+URL@BRANCH' requirement in a notebook's first code cell."""
-    nb = json.loads(nb_path.read_text())
-    first = next(c for c in nb["cells"] if c["cell_type"] == "code")
-    m = re.search(r"attnbook @ git\+(\S+?)@([\w.\-/]+)\"", "".join(first["source"]))
-    return m and (m.group(1), m.group(2))
+def release_tag():
+    """The tag the notebooks install from: the package's version, ``v0.1.0``."""
+    init = (ROOT / "src" / "attnbook" / "__init__.py").read_text()
+    return "v" + re.search(r'__version__ = "([^"]+)"', init).group(1)
+
+
+# The first code cell of every notebook, word for word. The package's extras are those
+# the chapter needs: [hf] (transformers) where the chapter uses Hugging Face.
+SETUP_CELL = """\
+# Setup: where attnbook is missing (a fresh Colab runtime), install it with ninja: the
+# book's release, or ATTNBOOK_SOURCE if set (a checkout, a wheel or a pip URL).
+import importlib.util, os, subprocess, sys
+if importlib.util.find_spec("attnbook") is None:
+    source = os.environ.get("ATTNBOOK_SOURCE",
+                            "git+{url}@{tag}")
+    package = f"attnbook{extras} @ {{source}}" if "://" in source else source{more}
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja", package],
+                   check=True)
+    print("installed ninja and", package)
+else:
+    print("attnbook is installed")"""
+
+
+def code_cells(nb_path):
+    return [c for c in json.loads(nb_path.read_text())["cells"]
+            if c["cell_type"] == "code"]
+
+
+def expected_setup_cell(nb_path, url=None):
+    code = "\n".join("".join(c["source"]) for c in code_cells(nb_path)[1:])
+    extras = "[hf]" if "transformers" in code or "register_hf" in code else ""
+    return SETUP_CELL.format(url=url or repository(), tag=release_tag(), extras=extras,
+                             more=f' + "{extras}"' if extras else "")
 
 
 def test_there_are_notebooks():
@@ -29,19 +56,25 @@ def test_there_are_notebooks():
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
-def test_setup_cell_installs_from_the_configured_repository(nb):
-    assert install_target(nb) == repository(), (f"{nb.name}: first cell must install "
-                                                f"attnbook from {repository()}")
+def test_setup_cell_installs_the_release_from_the_configured_repository(nb):
+    first = code_cells(nb)[0]
+    assert "".join(first["source"]) == expected_setup_cell(nb), (
+        f"{nb.name}: the first code cell must be tests/test_book.py's SETUP_CELL, "
+        f"installing attnbook from {repository()}@{release_tag()}")
+    # what it prints names the machine's install: not compared by nbval
+    assert "nbval-ignore-output" in first["metadata"].get("tags", [])
 
 
-def test_consistency_check_catches_a_wrong_url(tmp_path):
-    nb = json.loads(NOTEBOOKS[0].read_text())
-    first = next(c for c in nb["cells"] if c["cell_type"] == "code")
-    first["source"] = "".join(first["source"]).replace("github.com/",
-                                                       "github.com/someone-else/")
-    bad = tmp_path / "bad.ipynb"
-    bad.write_text(json.dumps(nb))
-    assert install_target(bad) != repository()
+def test_setup_cell_check_catches_a_wrong_url():
+    nb = NOTEBOOKS[0]
+    assert expected_setup_cell(nb) != expected_setup_cell(
+        nb, url="https://github.com/someone-else/attnbook")
+    assert "github.com/attnbook/attnbook@" in expected_setup_cell(nb)
+
+
+def test_release_tag_is_the_packaged_version():
+    import attnbook
+    assert release_tag() == f"v{attnbook.__version__}"
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
@@ -133,3 +166,29 @@ def test_code_a_reader_sees_fits_88_columns():
                 too_long += [f"{nb.name} cell {n}" for line in text.splitlines()
                              if len(line) > 88]
     assert not too_long, f"lines over 88 columns: {sorted(set(too_long))[:20]}"
+
+
+def test_a_notebooks_cells_stay_together_and_in_order_under_xdist(tmp_path):
+    """The README's `pytest -n auto --nbval`: with this repository's conftest.py, each
+    notebook runs whole on one worker (its cells share one Jupyter kernel), whatever
+    pytest-xdist's default distribution is."""
+    import shutil
+    import subprocess
+    import sys
+    import nbformat
+    pytest.importorskip("xdist")
+    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
+    for n in range(3):
+        cells = [nbformat.v4.new_code_cell("x = 0")] + [
+            nbformat.v4.new_code_cell(f"assert x == {i - 1}\nx = {i}")
+            for i in range(1, 8)]
+        nbformat.write(nbformat.v4.new_notebook(cells=cells),
+                       tmp_path / f"nb{n}.ipynb")
+    (tmp_path / "test_units.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('i', range(8))\n"
+        "def test_unit(i):\n    assert i >= 0\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--nbval",
+                          "-p", "no:cacheprovider", "-q", "."], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "32 passed" in run.stdout

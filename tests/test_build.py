@@ -1,6 +1,8 @@
 """compile(): the source transform, both context-switch implementations, error
-reporting, and the nvcc compile check of every kernel file for the three architectures
-the book targets."""
+reporting, and the nvcc compile check of every kernel the package and the notebooks
+compile, for the three architectures the book targets."""
+import ast
+import json
 import pathlib
 import re
 import time
@@ -127,6 +129,70 @@ def test_kernel_file_compiles_with_nvcc(path, arch):
     for kernel, r in report.items():
         assert (r["registers"] > 0 and r["spill_stores"] >= 0
                 and r["shared_bytes"] >= 0), kernel
+
+
+def notebook_kernels():
+    """{"notebook:NAME": text} of every kernel a notebook writes: a name bound to a
+    string that holds a ``__global__`` function. (A kernel written inline in a call is
+    a compile error shown on purpose; a ``load_inline`` example that includes torch's
+    headers is built by ``cuda_build_check`` with a CUDA build of torch.)"""
+    found = {}
+    for nb in sorted((HERE.parents[1] / "book").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            for node in ast.walk(ast.parse("".join(cell["source"]))):
+                if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                        and isinstance(node.value.value, str)
+                        and "__global__" in node.value.value
+                        and "<torch/" not in node.value.value):
+                    for target in node.targets:
+                        found[f"{nb.stem[:3]}{target.id}"] = node.value.value
+    return found
+
+
+def exercise_kernels():
+    """{"exercise:NAME": text}: each exercise's skeleton with its launcher, as the
+    grader compiles it."""
+    return {f"exercise:{name}": ex.skeleton + ex.launcher
+            for name, ex in ab.exercises.EXERCISES.items()}
+
+
+BOOK_KERNELS = {**notebook_kernels(), **exercise_kernels()}
+
+
+def test_the_kernel_finder_sees_every_notebook_kernel():
+    assert "A1_FOREIGN" in BOOK_KERNELS and len(BOOK_KERNELS) >= 40
+
+
+@pytest.mark.skipif(find_nvcc() is None,
+                    reason="nvcc (CUDA toolkit) not installed: compile check skipped")
+@pytest.mark.parametrize("name", sorted(BOOK_KERNELS))
+def test_notebook_and_exercise_kernels_compile_with_nvcc(name, tmp_path):
+    """What the emulator builds, nvcc builds too, for each architecture (one nvcc run,
+    host pass included): appendix A's lane_sums once used cg::reduce without
+    <cooperative_groups/reduce.h>, which only the emulator accepted."""
+    import subprocess
+    source = tmp_path / "kernel.cu"
+    source.write_text(BOOK_KERNELS[name])
+    targets = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in ARCHS]
+    run = subprocess.run([find_nvcc(), "-c", "-std=c++17", *targets, f"-I{KERNEL_DIR}",
+                          "-o", str(tmp_path / "kernel.o"), str(source)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"{name}: nvcc failed\n{run.stderr[-3000:]}"
+
+
+def test_the_emulator_needs_the_header_nvcc_needs():
+    kernel = ("#include <cooperative_groups.h>\n"
+              "namespace cg = cooperative_groups;\n"
+              "__global__ void k(float* x) {\n"
+              "  auto w = cg::tiled_partition<32>(cg::this_thread_block());\n"
+              "  x[0] = cg::reduce(w, x[0], cg::plus<float>());\n}\n")
+    with pytest.raises(ab.CompileError, match="reduce"):
+        ab.compile("no_reduce_header", kernel, "", [], backend="emulator")
+    with_header = kernel.replace("\nnamespace",
+                                 "\n#include <cooperative_groups/reduce.h>\nnamespace")
+    ab.compile("reduce_header", with_header, "", [], backend="emulator")
 
 
 def test_ptxas_report_has_the_numbers_a_chapter_shows():

@@ -239,6 +239,35 @@ def test_hf_routes_prompt_to_the_fused_kernel_and_steps_to_the_decode_kernel():
     assert torch.equal(got, hf_generate(model, "sdpa", ids, torch.ones_like(ids), 6))
 
 
+def test_the_hub_path_of_chapter_10_on_a_stand_in_checkpoint(tmp_path, capfd):
+    """Chapter 10 loads GPT-2 from the Hub where it is reachable: load_causal_lm,
+    from_pretrained of a model and its tokenizer, left padding, greedy generation the
+    same on both implementations. Here that path loads a checkpoint written as the
+    Hub's was, with no progress bar on stderr."""
+    ab.models.register_hf()
+    folder = ab.models.gpt2_stand_in(tmp_path / "gpt2")
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in (tmp_path / "gpt2").iterdir()}
+    model, tokenizer = ab.models.load_causal_lm(folder)
+    assert not model.training and tokenizer.padding_side == "left"
+    inputs = tokenizer(["The attention mechanism", "A GPU kernel"],
+                       return_tensors="pt", padding=True)
+    assert (inputs["attention_mask"][1] == 0).any()
+    out = {}
+    for impl in ("sdpa", "attnbook"):
+        model.set_attn_implementation(impl)
+        out[impl] = model.generate(**inputs, max_new_tokens=12, min_new_tokens=12,
+                                   do_sample=False,
+                                   pad_token_id=model.config.eos_token_id)
+    assert len(set(out["sdpa"][:, -12:].flatten().tolist())) > 3
+    assert torch.equal(out["attnbook"], out["sdpa"])
+    assert tokenizer.decode(out["sdpa"][0]).startswith("The attention mechanism")
+    assert capfd.readouterr().err == ""
+    again = ab.models.gpt2_stand_in(tmp_path / "again")   # the same checkpoint
+    assert torch.equal(ab.models.load_causal_lm(again)[0].lm_head.weight,
+                       model.lm_head.weight)
+
+
 def test_hf_padding_rows_give_zeros_not_nan():
     q = torch.randn(2, 2, 4, 32)
     k, v = torch.randn(2, 2, 4, 32), torch.randn(2, 2, 4, 32)

@@ -20,12 +20,15 @@ seeing every key) is meant, else a boolean [B, 1, Sq, Sk] mask, True = attend. R
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ..ops.attention import attention
 from ..ops.decode import DECODE_HEAD_DIMS, choose_num_splits, decode_attention
 
-__all__ = ["register_hf", "hf_attention", "NAME"]
+__all__ = ["register_hf", "hf_attention", "load_causal_lm", "gpt2_stand_in",
+           "NAME"]
 
 NAME = "attnbook"
 
@@ -74,3 +77,69 @@ def register_hf() -> str:
     AttentionInterface.register(NAME, hf_attention)
     AttentionMaskInterface.register(NAME, sdpa_mask)
     return NAME
+
+
+@contextlib.contextmanager
+def _no_progress_bars():
+    """transformers draws a progress bar on stderr for each checkpoint it writes or
+    reads: noise in a notebook's outputs."""
+    from transformers.utils import logging
+    shown = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            logging.enable_progress_bar()
+
+
+def load_causal_lm(checkpoint: str = "gpt2"):
+    """``(model, tokenizer)`` of a causal language model: a name on the Hugging Face
+    Hub (``"gpt2"``) or a folder written by ``save_pretrained`` (such as
+    :func:`gpt2_stand_in`'s), in eval mode, its tokenizer padding on the left with
+    the end-of-text token (as batched generation needs)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    with _no_progress_bars():
+        model = AutoModelForCausalLM.from_pretrained(checkpoint)
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    tokenizer.pad_token, tokenizer.padding_side = tokenizer.eos_token, "left"
+    return model.eval(), tokenizer
+
+
+# What the stand-in's tokenizer learns its merges from: fixed, so that its tokens (and
+# the text the stand-in generates) stay the same from one version of the package to
+# the next.
+_STAND_IN_TEXT = """\
+The attention mechanism lets every token of a sequence look at every other token. A GPU
+kernel that computes it reads the queries, the keys and the values from memory, takes
+the dot product of each query with each key, turns each row of scores into weights with
+a softmax, and sums the values with those weights. The kernels of this book do it in
+tiles that fit in shared memory and registers, so that the matrix of scores is never
+written to memory at all.
+"""
+
+
+def gpt2_stand_in(folder, seed: int = 0) -> str:
+    """Write a GPT-2-shaped checkpoint to ``folder`` the way the Hub's ``gpt2`` was
+    written (``save_pretrained``): random weights (large enough that greedy decoding
+    has no near-ties), 2 layers of width 128, and a byte-level BPE tokenizer learnt
+    from a paragraph. :func:`load_causal_lm` then loads it exactly as it loads
+    ``"gpt2"``, so the code path a reader with network runs is the one tested without
+    it. Returns the folder's path."""
+    import transformers
+    from tokenizers import ByteLevelBPETokenizer
+    end = "<|endoftext|>"
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([_STAND_IN_TEXT], vocab_size=400, special_tokens=[end],
+                            show_progress=False)
+    tokenizer = transformers.GPT2TokenizerFast(tokenizer_object=bpe, bos_token=end,
+                                               eos_token=end, unk_token=end)
+    config = transformers.GPT2Config(
+        vocab_size=len(tokenizer), n_positions=128, n_embd=128, n_layer=2, n_head=4,
+        initializer_range=0.3, bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id)
+    with torch.random.fork_rng(), _no_progress_bars():
+        torch.manual_seed(seed)
+        transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return str(folder)

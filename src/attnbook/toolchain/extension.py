@@ -16,14 +16,14 @@ import hashlib
 import pathlib
 import re
 import time
-import warnings
 
 import torch
 
 from . import emulator, ptx
 from .compile import (BACKENDS, CPU_FLAGS, EMULATOR_DIR, INCLUDE_DIR, CompileError,
                       _arch_list, _arch_number, _device_arch, _short_error,
-                      build_directory, default_backend)
+                      build_directory, cpp_extension, default_backend,
+                      quiet_build)
 
 __all__ = ["load_extension"]
 
@@ -96,13 +96,12 @@ def _load_emulated(text, name, file_name, folders, arch, verbose):
         p.read_text() for p in sorted(EMULATOR_DIR.rglob("*")) if p.is_file()))
     start = time.perf_counter()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from torch.utils.cpp_extension import load_inline
-            module = load_inline(name=full, cpp_sources=[cpp], extra_cflags=cflags,
-                                 extra_include_paths=[str(p) for p in (
-                                     EMULATOR_DIR, INCLUDE_DIR, *folders)],
-                                 no_implicit_headers=True, verbose=verbose)
+        with quiet_build(verbose):
+            module = cpp_extension.load_inline(
+                name=full, cpp_sources=[cpp], extra_cflags=cflags,
+                extra_include_paths=[str(p) for p in (EMULATOR_DIR, INCLUDE_DIR,
+                                                      *folders)],
+                no_implicit_headers=True, verbose=verbose)
     except (RuntimeError, ImportError) as e:
         raise CompileError(f"compiling {name} failed:\n"
                            f"{_short_error(str(e), text, file_name)}") from None
@@ -113,19 +112,18 @@ def _load_emulated(text, name, file_name, folders, arch, verbose):
 
 
 def _load_cuda(text, name, file_name, folders, arch, verbose):
-    from torch.utils.cpp_extension import load
     full = f"{name}_cuda_" + _key(text, arch, torch.__version__)
     source = build_directory(full, verbose) / file_name
     if not source.is_file() or source.read_text() != text:
         source.write_text(text)
     start = time.perf_counter()
     try:
-        with warnings.catch_warnings(), emulator._environ("TORCH_CUDA_ARCH_LIST",
-                                                          _arch_list(arch)):
-            warnings.simplefilter("ignore")
-            module = load(name=full, sources=[str(source)],
-                          extra_include_paths=[str(p) for p in folders],
-                          extra_cuda_cflags=["-O3"], verbose=verbose)
+        with quiet_build(verbose), emulator._environ("TORCH_CUDA_ARCH_LIST",
+                                                     _arch_list(arch)):
+            module = cpp_extension.load(
+                name=full, sources=[str(source)],
+                extra_include_paths=[str(p) for p in folders],
+                extra_cuda_cflags=["-O3"], verbose=verbose)
     except (RuntimeError, ImportError) as e:
         raise CompileError(f"compiling {name} failed:\n"
                            f"{_short_error(str(e), text, file_name)}") from None

@@ -9,15 +9,16 @@ import shutil
 import subprocess
 import tempfile
 
-from .compile import KERNEL_DIR, CompileError, _short_error, _source_name
+from .compile import (KERNEL_DIR, CompileError, _short_error, _source_name,
+                      cpp_extension)
 
 __all__ = ["ptxas_report", "find_nvcc"]
 
 
 def find_nvcc() -> str | None:
     """Path of nvcc, or None where the CUDA toolkit is absent."""
-    from torch.utils.cpp_extension import CUDA_HOME
-    for cand in ([os.path.join(CUDA_HOME, "bin", "nvcc")] if CUDA_HOME else []) + \
+    home = cpp_extension.CUDA_HOME
+    for cand in ([os.path.join(home, "bin", "nvcc")] if home else []) + \
             [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]:
         if cand and os.path.exists(cand):
             return cand

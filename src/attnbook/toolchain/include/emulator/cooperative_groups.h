@@ -1,6 +1,8 @@
 // Cooperative groups on the CPU emulator: the block, tiles of 1 to 32 threads of a warp
-// (tiled_partition<N>) with their shuffles, votes and sync, and cg::reduce. A tile is a
-// group of lanes: its collectives are warp collectives over the tile's lane mask.
+// (tiled_partition<N>) with their shuffles, votes and sync. A tile is a group of lanes:
+// its collectives are warp collectives over the tile's lane mask. As in the CUDA
+// toolkit, cg::reduce and its operators need <cooperative_groups/reduce.h> and
+// cg::memcpy_async needs <cooperative_groups/memcpy_async.h>.
 // grid_group::sync needs a cooperative launch, which the emulator does not run.
 #pragma once
 
@@ -82,23 +84,5 @@ template <unsigned N, class Parent>
 inline thread_block_tile<N> tiled_partition(const Parent&) { return {}; }
 template <unsigned N>
 inline void sync(const thread_block_tile<N>& g) { g.sync(); }
-
-template <class T> struct plus { T operator()(T a, T b) const { return a + b; } };
-template <class T> struct less {
-  T operator()(T a, T b) const { return b < a ? b : a; }
-};
-template <class T> struct greater {
-  T operator()(T a, T b) const { return a < b ? b : a; }
-};
-template <class T> struct bit_and { T operator()(T a, T b) const { return a & b; } };
-template <class T> struct bit_or { T operator()(T a, T b) const { return a | b; } };
-template <class T> struct bit_xor { T operator()(T a, T b) const { return a ^ b; } };
-
-// Every thread of the tile gets op folded over the tile's values (a butterfly).
-template <unsigned N, class T, class Op>
-inline T reduce(const thread_block_tile<N>& g, T v, Op op) {
-  for (unsigned m = N / 2; m > 0; m /= 2) v = op(v, g.shfl_xor(v, m));
-  return v;
-}
 
 }  // namespace cooperative_groups
