@@ -142,12 +142,11 @@ def notebook_kernels():
             if cell["cell_type"] != "code":
                 continue
             for node in ast.walk(ast.parse("".join(cell["source"]))):
-                if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-                        and isinstance(node.value.value, str)
-                        and "__global__" in node.value.value
-                        and "<torch/" not in node.value.value):
+                text = getattr(getattr(node, "value", None), "value", None)
+                if (isinstance(node, ast.Assign) and isinstance(text, str)
+                        and "__global__" in text and "<torch/" not in text):
                     for target in node.targets:
-                        found[f"{nb.stem[:3]}{target.id}"] = node.value.value
+                        found[f"{nb.stem[:3]}{target.id}"] = text
     return found
 
 

@@ -33,9 +33,10 @@ from . import emulator, ptx
 
 class _Quiet(logging.Filter):
     """Drops torch's "No CUDA runtime is found, using CUDA_HOME=..." (logged when a
-    CUDA build of torch, which pip installs by default on Linux, is imported on a machine
-    without a GPU: there the emulator runs the kernels, so it is no news) and, during a
-    build, the extension builder's other warnings (its errors become CompileError)."""
+    CUDA build of torch, which pip installs by default on Linux, is imported on a
+    machine without a GPU: there the emulator runs the kernels, so it is no news) and,
+    during a build, the extension builder's other warnings (its errors become
+    CompileError)."""
 
     building = False
 
