@@ -1,4 +1,62 @@
+"""Devices for the tests of the package's ops and kernels.
+
+A test that takes the ``device`` argument runs once per device: ``"cpu"`` (the kernels
+on the CPU emulator) always, ``"cuda"`` (the same kernels built by nvcc) where torch
+sees a GPU, with the same cases and tolerances. ``ATTNBOOK_TEST_DEVICES=cuda`` (or
+``cpu``, or ``cpu,cuda``) picks the devices; naming one that is not there is an error,
+not a silent skip. Each such test is marked with its device (``-m cuda`` selects the
+GPU half). A check that only means something on a GPU (a timing, the caching
+allocator's peak) is marked ``gpu`` and reported as skipped where there is none.
+"""
+import os
 import pathlib
 import sys
 
+import pytest
+import torch
+
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+
+KNOWN = ("cpu", "cuda")
+
+
+def test_devices() -> list:
+    """The devices the ``device`` argument takes, in order."""
+    present = [d for d in KNOWN if d == "cpu" or torch.cuda.is_available()]
+    chosen = os.environ.get("ATTNBOOK_TEST_DEVICES", "").strip()
+    if not chosen:
+        return present
+    wanted = [d.strip() for d in chosen.split(",") if d.strip()]
+    for d in wanted:
+        if d not in KNOWN:
+            raise pytest.UsageError(f"ATTNBOOK_TEST_DEVICES: {d!r} is not one of {KNOWN}")
+        if d not in present:
+            raise pytest.UsageError(f"ATTNBOOK_TEST_DEVICES names {d!r}, but torch "
+                                    "sees no CUDA device here")
+    return wanted
+
+
+test_devices.__test__ = False   # a helper, not a test
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cpu: the test's device argument is the CPU "
+                            "(the emulator)")
+    config.addinivalue_line("markers", "cuda: the test's device argument is a GPU")
+    config.addinivalue_line("markers", "gpu: a check that needs a GPU by nature "
+                            "(timing, the caching allocator); skipped without one")
+
+
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", [pytest.param(d, marks=getattr(pytest.mark, d))
+                                        for d in test_devices()])
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a GPU: torch sees no CUDA device here")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)

@@ -18,16 +18,16 @@ FLASH_SHAPES = [(1, 1, 1, 1, 1, 32), (2, 2, 1, 17, 40, 64), (1, 2, 2, 70, 9, 96)
                 (2, 2, 1, 65, 100, 128)]
 
 
-def inputs(shape, seed=0, magnitude=1.0):
+def inputs(shape, device, seed=0, magnitude=1.0):
     b, h, hkv, sq, sk, d = shape
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(*s, generator=g) * magnitude
+    return [(torch.randn(*s, generator=g) * magnitude).to(device)
             for s in ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
 
 
-def mask_options(kind, shape):
+def mask_options(kind, shape, device):
     """Keyword arguments of attention() (SDPA spelling) and of the reference for a mask
-    kind."""
+    kind, on ``device``."""
     b, h, _, sq, sk, _ = shape
     g = torch.Generator().manual_seed(1)
     if kind == "none":
@@ -35,13 +35,13 @@ def mask_options(kind, shape):
     if kind == "causal":
         return dict(is_causal=True), dict(causal=True)
     if kind == "key_padding":
-        lengths = torch.tensor([max(0, sk - 3 * i) for i in range(b)])
+        lengths = torch.tensor([max(0, sk - 3 * i) for i in range(b)], device=device)
         return dict(key_lengths=lengths), dict(key_lengths=lengths)
     if kind == "additive":
-        m = torch.randn(b, 1, sq, sk, generator=g)
+        m = torch.randn(b, 1, sq, sk, generator=g).to(device)
         return dict(attn_mask=m), dict(attn_mask=m)
     if kind == "boolean":
-        m = torch.rand(1, h, sq, sk, generator=g) > 0.4
+        m = (torch.rand(1, h, sq, sk, generator=g) > 0.4).to(device)
         return dict(attn_mask=m), dict(attn_mask=m)
     if kind == "strided":
         return dict(stride=3), dict(stride=3)
@@ -59,9 +59,9 @@ def mask_options(kind, shape):
                                                 ab.masks.MASK_KINDS, ORDERS))
                          + list(itertools.product(["flash"], FLASH_SHAPES,
                                                   ab.masks.MASK_KINDS, ORDERS)))
-def test_matches_reference(impl, shape, kind, order):
-    q, k, v = inputs(shape)
-    ours, ref = mask_options(kind, shape)
+def test_matches_reference(impl, shape, kind, order, device):
+    q, k, v = inputs(shape, device)
+    ours, ref = mask_options(kind, shape, device)
     with ab.thread_order(*order):
         out = ab.attention(q, k, v, impl=impl, **ours)
     want = ab.attention_reference(q, k, v, float64=True, **ref)
@@ -69,8 +69,9 @@ def test_matches_reference(impl, shape, kind, order):
 
 
 @pytest.mark.parametrize("impl", ["naive", "tiled", "flash"])
-def test_large_magnitudes_and_empty_rows(impl):
-    q, k, v = inputs((1, 2, 2, 70, 6, 32), seed=2, magnitude=30.0)  # scores ~ ±1e4
+def test_large_magnitudes_and_empty_rows(impl, device):
+    # scores ~ ±1e4
+    q, k, v = inputs((1, 2, 2, 70, 6, 32), device, seed=2, magnitude=30.0)
     out = ab.attention(q, k, v, is_causal=True, impl=impl)          # 64 rows see no key
     want = ab.attention_reference(q, k, v, causal=True, float64=True)
     assert torch.isfinite(out).all() and (out[:, :, :64] == 0).all()
@@ -78,8 +79,8 @@ def test_large_magnitudes_and_empty_rows(impl):
 
 
 @pytest.mark.parametrize("impl,d", [("naive", 16), ("flash", 32)])
-def test_module_wrapper_and_scale(impl, d):
-    q, k, v = inputs((1, 2, 2, 9, 9, d), seed=3)
+def test_module_wrapper_and_scale(impl, d, device):
+    q, k, v = inputs((1, 2, 2, 9, 9, d), device, seed=3)
     mod = ab.Attention(impl=impl, is_causal=True, scale=0.2)
     torch.testing.assert_close(mod(q, k, v).double(),
                                ab.attention_reference(q, k, v, causal=True, scale=0.2,
@@ -87,59 +88,64 @@ def test_module_wrapper_and_scale(impl, d):
                                rtol=1e-4, atol=1e-5)
 
 
-def test_flash_is_the_default():
+def test_flash_is_the_default(device):
     # head_dim 8: the fused kernel says so
-    q, k, v = inputs((1, 2, 2, 9, 9, 8), seed=3)
+    q, k, v = inputs((1, 2, 2, 9, 9, 8), device, seed=3)
     with pytest.raises(ValueError, match="not supported by the fused kernel"):
         ab.attention(q, k, v)
     with pytest.raises(ValueError, match="not supported by the fused kernel"):
         ab.Attention()(q, k, v)
 
 
-def test_flash_impl_agrees_with_naive():
-    q, k, v = inputs((2, 4, 2, 33, 50, 64), seed=4)
+def test_flash_impl_agrees_with_naive(device):
+    q, k, v = inputs((2, 4, 2, 33, 50, 64), device, seed=4)
     for causal in (False, True):
         torch.testing.assert_close(
             ab.attention(q, k, v, is_causal=causal, impl="flash"),
             ab.attention(q, k, v, is_causal=causal, impl="naive"), rtol=1e-4, atol=1e-5)
 
 
-GOOD = inputs((2, 4, 2, 5, 6, 8))
+def unchanged(q, k, v):
+    return q, k, v
 
 
+# args: good q, k, v -> the bad call's positional arguments; the keywords' tensors are
+# moved to the device in the test.
 @pytest.mark.parametrize("args,kwargs,err,match", [
-    ((GOOD[0].double(), *GOOD[1:]), {}, TypeError, "q must be float32"),
-    ((GOOD[0][0], *GOOD[1:]), {}, ValueError, "same number of dimensions"),
-    ((GOOD[0], GOOD[1][:, :, :3].contiguous(), GOOD[2]), {}, ValueError,
+    (lambda q, k, v: (q.double(), k, v), {}, TypeError, "q must be float32"),
+    (lambda q, k, v: (q[0], k, v), {}, ValueError, "same number of dimensions"),
+    (lambda q, k, v: (q, k[:, :, :3].contiguous(), v), {}, ValueError,
      "k and v must have the same shape"),
-    ((GOOD[0][:, :3].contiguous(), *GOOD[1:]), {}, ValueError,
+    (lambda q, k, v: (q[:, :3].contiguous(), k, v), {}, ValueError,
      "multiple of key/value heads"),
-    ((GOOD[0], GOOD[1][..., :4].contiguous(), GOOD[2][..., :4].contiguous()), {},
+    (lambda q, k, v: (q, k[..., :4].contiguous(), v[..., :4].contiguous()), {},
      ValueError, "D=8"),
-    (GOOD, dict(attn_mask=torch.zeros(3, 5, 6)), ValueError, "does not broadcast"),
-    (GOOD, dict(attn_mask=torch.zeros(5, 6, dtype=torch.int64)), TypeError,
+    (unchanged, dict(attn_mask=torch.zeros(3, 5, 6)), ValueError, "does not broadcast"),
+    (unchanged, dict(attn_mask=torch.zeros(5, 6, dtype=torch.int64)), TypeError,
      "bool or floating"),
-    (GOOD, dict(key_lengths=torch.tensor([1.0, 2.0])), ValueError, "key_lengths"),
-    (GOOD, dict(key_lengths=torch.tensor([1, 2, 3])), ValueError, "key_lengths"),
-    (GOOD, dict(stride=0), ValueError, "stride"),
-    (GOOD, dict(window=True), ValueError, "window"),
-    (GOOD, dict(impl="magic"), ValueError, "impl"),
-    (GOOD, dict(impl="flash"), ValueError, "head_dim"),
-    (("q", *GOOD[1:]), {}, TypeError, "q must be a tensor"),
+    (unchanged, dict(key_lengths=torch.tensor([1.0, 2.0])), ValueError, "key_lengths"),
+    (unchanged, dict(key_lengths=torch.tensor([1, 2, 3])), ValueError, "key_lengths"),
+    (unchanged, dict(stride=0), ValueError, "stride"),
+    (unchanged, dict(window=True), ValueError, "window"),
+    (unchanged, dict(impl="magic"), ValueError, "impl"),
+    (unchanged, dict(impl="flash"), ValueError, "head_dim"),
+    (lambda q, k, v: ("q", k, v), {}, TypeError, "q must be a tensor"),
 ])
-def test_bad_inputs_raise_before_launch(args, kwargs, err, match):
+def test_bad_inputs_raise_before_launch(args, kwargs, err, match, device):
+    kwargs = {key: val.to(device) if torch.is_tensor(val) else val
+              for key, val in kwargs.items()}
     with pytest.raises(err, match=match):
-        ab.attention(*args, **kwargs)
+        ab.attention(*args(*inputs((2, 4, 2, 5, 6, 8), device)), **kwargs)
 
 
 @pytest.mark.parametrize("stride,extra", [(2, {}), (3, dict(is_causal=True)),
                                           (5, dict(window=40)),
                                           (4, dict(is_causal=True, window=9))])
-def test_strided_gather_equals_dense_masking(stride, extra):
+def test_strided_gather_equals_dense_masking(stride, extra, device):
     """The tiled path's strided attention reads only every stride-th key; it must agree
     with computing every score and masking, on shapes larger than one 64×64 GEMM
     tile."""
-    q, k, v = inputs((2, 4, 2, 131, 200, 64), seed=5)
+    q, k, v = inputs((2, 4, 2, 131, 200, 64), device, seed=5)
     opts = dict(scale=0.125, stride=stride, **extra)
     gathered = ab.ops.three_kernels(q, k, v, **opts)
     dense = ab.ops.three_kernels(q, k, v, **opts, gather=False)

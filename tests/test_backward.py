@@ -1,6 +1,6 @@
 """The backward pass: Algorithm 2 tile by tile against autograd of the float64 reference
-(and gradcheck), and the CUDA kernels on the emulator against the same, under every
-thread order, with every mask."""
+(and gradcheck), and the CUDA kernels on each device (GPU or emulator) against the same,
+under every thread order, with every mask."""
 import itertools
 
 import pytest
@@ -16,12 +16,13 @@ SHAPES = [(1, 1, 1, 1, 1, 32), (2, 2, 2, 17, 17, 64), (1, 4, 2, 65, 33, 32),
           (1, 2, 1, 3, 100, 96), (1, 4, 1, 100, 7, 128), (2, 2, 1, 40, 70, 64)]
 
 
-def mask_cases(b, h, sq, sk, dtype=torch.float32):
-    """(name, keywords of ab.attention, the same keywords for the reference)."""
+def mask_cases(b, h, sq, sk, device, dtype=torch.float32):
+    """(name, keywords of ab.attention, the same keywords for the reference), tensors on
+    ``device``."""
     g = torch.Generator().manual_seed(9)
-    lengths = torch.tensor([sk, sk // 2][:b])
-    boolean = torch.rand(b, 1, sq, sk, generator=g) > 0.3
-    additive = torch.randn(1, h, sq, sk, generator=g, dtype=dtype)
+    lengths = torch.tensor([sk, sk // 2][:b], device=device)
+    boolean = (torch.rand(b, 1, sq, sk, generator=g) > 0.3).to(device)
+    additive = torch.randn(1, h, sq, sk, generator=g, dtype=dtype).to(device)
     return [("none", {}), ("causal", dict(causal=True)),
             ("key padding", dict(key_lengths=lengths)),
             ("boolean", dict(attn_mask=boolean)),
@@ -29,11 +30,11 @@ def mask_cases(b, h, sq, sk, dtype=torch.float32):
             ("causal stride", dict(causal=True, stride=3))]
 
 
-def leaves(shape, dtype=torch.float32, seed=0):
+def leaves(shape, device, dtype=torch.float32, seed=0):
     b, h, hkv, sq, sk, d = shape
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(*s, generator=g, dtype=dtype).requires_grad_() for s in
-            ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
+    return [torch.randn(*s, generator=g, dtype=dtype).to(device).requires_grad_()
+            for s in ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
 
 
 def reference_grads(q, k, v, do, opts):
@@ -53,8 +54,9 @@ def kernel_grads(q, k, v, do, opts):
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_algorithm_2_matches_autograd(shape):
-    q, k, v = leaves(shape, torch.float64)
-    for _, opts in mask_cases(shape[0], shape[1], shape[3], shape[4], torch.float64):
+    q, k, v = leaves(shape, "cpu", torch.float64)
+    for _, opts in mask_cases(shape[0], shape[1], shape[3], shape[4], "cpu",
+                              torch.float64):
         o = attention_tiles_autograd(q, k, v, block_q=7, block_k=5, **opts)
         do = torch.randn_like(o)
         got = torch.autograd.grad(o, (q, k, v), do)
@@ -65,14 +67,14 @@ def test_algorithm_2_matches_autograd(shape):
 @pytest.mark.parametrize("opts", [dict(causal=True), dict(window=3, stride=2),
                                   dict(key_lengths=torch.tensor([9, 4]))])
 def test_gradcheck_of_the_tiled_backward(opts):
-    q, k, v = leaves((2, 4, 2, 6, 9, 8), torch.float64, seed=1)
+    q, k, v = leaves((2, 4, 2, 6, 9, 8), "cpu", torch.float64, seed=1)
     assert torch.autograd.gradcheck(
         lambda q, k, v: attention_tiles_autograd(q, k, v, block_q=4, block_k=3, **opts),
         (q, k, v))
 
 
 def test_algorithm_2_gradient_of_the_log_sum_exp():
-    q, k, v = leaves((1, 2, 2, 5, 7, 8), torch.float64, seed=2)
+    q, k, v = leaves((1, 2, 2, 5, 7, 8), "cpu", torch.float64, seed=2)
     o, lse = ab.attention_reference(q, k, v, causal=True, return_lse=True)
     do, dlse = torch.randn_like(o), torch.randn_like(lse)
     want = torch.autograd.grad((o, lse), (q, k, v), (do, dlse))
@@ -83,10 +85,10 @@ def test_algorithm_2_gradient_of_the_log_sum_exp():
 
 
 @pytest.mark.parametrize("shape,order", list(itertools.product(SHAPES, ORDERS)))
-def test_kernel_gradients_every_mask(shape, order):
-    q, k, v = leaves(shape, seed=3)
-    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(4))
-    for name, opts in mask_cases(shape[0], shape[1], shape[3], shape[4]):
+def test_kernel_gradients_every_mask(shape, order, device):
+    q, k, v = leaves(shape, device, seed=3)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(4)).to(device)
+    for name, opts in mask_cases(shape[0], shape[1], shape[3], shape[4], device):
         with ab.thread_order(*order):
             got = kernel_grads(q, k, v, do, opts)
         for what, a, b in zip("qkv", got, reference_grads(q, k, v, do, opts)):
@@ -94,21 +96,22 @@ def test_kernel_gradients_every_mask(shape, order):
                                        msg=lambda m: f"d{what}, {name}: {m}")
 
 
-def test_gradient_of_the_log_sum_exp():
-    q, k, v = leaves((2, 4, 2, 30, 45, 64), seed=5)
+def test_gradient_of_the_log_sum_exp(device):
+    q, k, v = leaves((2, 4, 2, 30, 45, 64), device, seed=5)
     o, lse = ab.flash_attention_fp32(q, k, v, causal=True, return_lse=True)
-    loss = (o * o).sum() + (lse * torch.linspace(-1, 1, 30)).sum()
+    weights = torch.linspace(-1, 1, 30, device=device)
+    loss = (o * o).sum() + (lse * weights).sum()
     got = torch.autograd.grad(loss, (q, k, v))
     qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
     ro, rlse = ab.attention_reference(qd, kd, vd, causal=True, return_lse=True)
-    rloss = (ro * ro).sum() + (rlse * torch.linspace(-1, 1, 30).double()).sum()
+    rloss = (ro * ro).sum() + (rlse * weights.double()).sum()
     for a, b in zip(got, torch.autograd.grad(rloss, (qd, kd, vd))):
         torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=2e-5)
 
 
-def test_bit_for_bit_reproducible_in_any_thread_order():
-    q, k, v = leaves((2, 4, 1, 70, 90, 64), seed=6)
-    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(7))
+def test_bit_for_bit_reproducible_in_any_thread_order(device):
+    q, k, v = leaves((2, 4, 1, 70, 90, 64), device, seed=6)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(7)).to(device)
     runs = []
     for order in ORDERS + [("forward", 0)]:
         with ab.thread_order(*order):
@@ -117,9 +120,9 @@ def test_bit_for_bit_reproducible_in_any_thread_order():
         assert all(torch.equal(a, b) for a, b in zip(run, runs[0]))
 
 
-def test_attention_backward_and_strided_layouts():
+def test_attention_backward_and_strided_layouts(device):
     """ab.attention(...).sum().backward() reaches the caller's [B, S, H, D] views."""
-    x = torch.randn(2, 19, 3 * 4 * 32, requires_grad=True)
+    x = torch.randn(2, 19, 3 * 4 * 32).to(device).requires_grad_()
     q, k, v = (t.view(2, 19, 4, 32).transpose(1, 2) for t in x.chunk(3, -1))
     ab.attention(q, k, v, is_causal=True).square().sum().backward()
     xd = x.detach().double().requires_grad_()
@@ -128,19 +131,21 @@ def test_attention_backward_and_strided_layouts():
     torch.testing.assert_close(x.grad.double(), xd.grad, rtol=1e-4, atol=2e-5)
 
 
-def test_masked_keys_and_empty_rows_get_no_gradient():
-    q, k, v = leaves((1, 2, 2, 80, 10, 32), seed=8)   # causal: rows 0-69 see no key
+def test_masked_keys_and_empty_rows_get_no_gradient(device):
+    # causal: rows 0-69 see no key
+    q, k, v = leaves((1, 2, 2, 80, 10, 32), device, seed=8)
     with torch.no_grad():
         v[:, :, 5] = float("nan")                     # masked for rows < 75 only
-    o = ab.flash_attention_fp32(q, k, v, causal=True, key_lengths=torch.tensor([5]))
+    o = ab.flash_attention_fp32(q, k, v, causal=True,
+                                key_lengths=torch.tensor([5], device=device))
     dq, dk, dv = torch.autograd.grad(o.sum(), (q, k, v))
     assert (dq[:, :, :70] == 0).all() and torch.isfinite(dq).all()
     assert (dk[:, :, 5:] == 0).all() and (dv[:, :, 5:] == 0).all()   # past the length
 
 
-def test_torch_compile_backward():
+def test_torch_compile_backward(device):
     torch._dynamo.reset()
-    q, k, v = leaves((2, 4, 2, 33, 40, 32), seed=9)
+    q, k, v = leaves((2, 4, 2, 33, 40, 32), device, seed=9)
 
     def loss(q, k, v):
         return ab.attention(q * 2, k, v, is_causal=True).relu().sum()
@@ -151,22 +156,22 @@ def test_torch_compile_backward():
     assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
-def test_more_than_65535_heads():
-    q = torch.randn(65537, 1, 1, 32, requires_grad=True)
+def test_more_than_65535_heads(device):
+    q = torch.randn(65537, 1, 1, 32).to(device).requires_grad_()
     dq, = torch.autograd.grad(ab.attention(q, q, q).sum(), (q,))
     assert torch.allclose(dq, torch.ones_like(dq))     # one key: o = v = q
 
 
-def test_empty_inputs():
-    q, k = (torch.randn(1, 2, 5, 32, requires_grad=True),
-            torch.randn(1, 2, 0, 32, requires_grad=True))
+def test_empty_inputs(device):
+    q, k = (torch.randn(1, 2, 5, 32).to(device).requires_grad_(),
+            torch.randn(1, 2, 0, 32).to(device).requires_grad_())
     dq, dk = torch.autograd.grad(ab.attention(q, k, k).sum(), (q, k))
     assert (dq == 0).all() and dk.shape == k.shape
 
 
-def test_a_mask_that_requires_grad_is_refused():
-    q, k, v = leaves((1, 2, 2, 5, 6, 32))
-    mask = torch.zeros(5, 6, requires_grad=True)
+def test_a_mask_that_requires_grad_is_refused(device):
+    q, k, v = leaves((1, 2, 2, 5, 6, 32), device)
+    mask = torch.zeros(5, 6, device=device, requires_grad=True)
     with pytest.raises(NotImplementedError, match="attn_mask requires grad"):
         ab.attention(q, k, v, attn_mask=mask)
     with torch.no_grad():

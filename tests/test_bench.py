@@ -100,6 +100,19 @@ def test_run_or_load_without_gpu(tmp_path, monkeypatch, capsys):
             in capsys.readouterr().out)
 
 
+def test_a_busy_gpu_plots_what_is_recorded(tmp_path, monkeypatch, capsys):
+    """ATTNBOOK_BENCH=recorded: notebooks that share a GPU (python -m attnbook.gpu runs
+    several at a time) time nothing and show what the benchmark stage recorded."""
+    monkeypatch.setenv("ATTNBOOK_RESULTS", str(tmp_path))
+    monkeypatch.setenv("ATTNBOOK_BENCH", "recorded")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    (tmp_path / "07").mkdir()
+    (tmp_path / "07" / "T4.json").write_text(json.dumps(fake_result("07").__dict__))
+    recorded = bench.run_or_load("07", lambda: pytest.fail("timed on a busy GPU"))
+    assert [r.machine["gpu"] for r in recorded] == ["Tesla T4"]
+    assert "recorded results: chapter 07: Tesla T4" in capsys.readouterr().out
+
+
 def test_figures_draw_every_implementation_that_ran():
     result = fake_result()
     ax = ab.plots.plot_times(result)

@@ -1,0 +1,100 @@
+"""Every kernel of the package, launched once at a small shape: the list that the
+emulator's sanitizer test (``tests/test_sanitize_package.py``), compute-sanitizer and
+Nsight Compute (``python -m attnbook.gpu``) all run.
+
+    python -m attnbook.gpu.launches [--device cuda] [--only NAME ...] [--list]
+
+runs them (each a name and a function of the device that returns the output) and
+exits 0; under ``compute-sanitizer`` or ``ncu`` it is the program they watch. Shapes
+are off every tile (odd lengths, Sq ≠ Sk, grouped heads) so that edge code runs too.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from .. import ops
+
+__all__ = ["LAUNCHES", "main"]
+
+
+def _randn(device, *shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)   # the same values on every device
+    return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+
+
+def _qkv(device, b, h, sq, sk, d, dtype=torch.float32):
+    """q [b, h, sq, d] and k, v [b, h/2, sk, d]: two query heads per key head."""
+    return (_randn(device, b, h, sq, d, dtype=dtype, seed=1),
+            _randn(device, b, h // 2, sk, d, dtype=dtype, seed=2),
+            _randn(device, b, h // 2, sk, d, dtype=dtype, seed=3))
+
+
+def _decode(device, paged):
+    q = _randn(device, 2, 4, 1, 32, seed=4)
+    k, v = _randn(device, 2, 2, 1, 32, seed=5), _randn(device, 2, 2, 1, 32, seed=6)
+    lengths = torch.tensor([37, 5], dtype=torch.int32, device=device)
+    if not paged:
+        kc, vc = _randn(device, 2, 2, 48, 32, seed=7), _randn(device, 2, 2, 48, 32, seed=8)
+        return ops.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lengths,
+                                          num_splits=2)
+    kc, vc = _randn(device, 7, 2, 8, 32, seed=7), _randn(device, 7, 2, 8, 32, seed=8)
+    table = torch.tensor([[3, 0, 6, 1, 5], [2, 4, 4, 4, 4]], dtype=torch.int32,
+                         device=device)
+    return ops.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lengths,
+                                      block_table=table)
+
+
+def _backward(device):
+    q, k, v = (t.requires_grad_() for t in _qkv(device, 1, 2, 19, 23, 32))
+    ops.attention(q, k, v, is_causal=True).sum().backward()
+    return torch.cat([t.grad.flatten() for t in (q, k, v)])
+
+
+LAUNCHES = {
+    "flash fp32": lambda dev: ops.attention(*_qkv(dev, 1, 4, 21, 33, 64),
+                                            is_causal=True),
+    "tiled, strided": lambda dev: ops.attention(
+        *_qkv(dev, 2, 2, 9, 17, 24), stride=3,
+        key_lengths=torch.tensor([17, 6], device=dev), impl="tiled"),
+    "naive": lambda dev: ops.attention(*_qkv(dev, 1, 2, 5, 7, 8), impl="naive"),
+    **{f"tensor cores step {s}": (lambda dev, s=s: ops.flash_attention_tc(
+        *_qkv(dev, 1, 2, 40, 70, 64, torch.float16), is_causal=True, step=s))
+       for s in ops.TC_STEPS},
+    "tensor cores bf16": lambda dev: ops.flash_attention_tc(
+        *_qkv(dev, 1, 2, 17, 17, 128, torch.bfloat16), step=5),
+    **{f"softmax {n}": (lambda dev, n=n: ops.softmax(_randn(dev, 3, 77), n))
+       for n in ops.SOFTMAX_KERNELS},
+    **{f"gemm step {s}": (lambda dev, s=s: ops.gemm(_randn(dev, 33, 20),
+                                                    _randn(dev, 20, 45), step=s))
+       for s in ops.GEMM_STEPS},
+    "decode, split-K": lambda dev: _decode(dev, False),
+    "decode, paged": lambda dev: _decode(dev, True),
+    "backward": _backward,
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnbook.gpu.launches",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--only", nargs="+", metavar="NAME", choices=list(LAUNCHES),
+                        help="these launches only (default: every one)")
+    parser.add_argument("--list", action="store_true", help="print the names and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(LAUNCHES))
+        return 0
+    for name in args.only or LAUNCHES:
+        out = LAUNCHES[name](args.device)
+        if out.device.type == "cuda":
+            torch.cuda.synchronize()
+        print(f"{name}: {tuple(out.shape)} {out.dtype}, finite: "
+              f"{bool(torch.isfinite(out).all())}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

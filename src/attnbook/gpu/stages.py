@@ -1,0 +1,238 @@
+"""The stages of ``python -m attnbook.gpu``: each a name, what it proves, the time it
+is expected to take on one H100 with 16 cores (an estimate until a run records the
+real one in ``summary.json``), and the commands it runs.
+
+Every stage runs its commands with the same environment: the checkout's ``src`` (and
+``build/gpu/site``, where the check stage installs carried wheels) on ``PYTHONPATH``,
+one extension cache (``build/gpu/torch_extensions``, so the build stage's sm_90 builds
+serve every later stage and command) and benchmark results written into the run's
+folder (``ATTNBOOK_RESULTS``), never into the package. Benchmarks run alone on the GPU
+(the bench stages, one suite after another); the notebooks, several at a time, plot
+what those recorded (``ATTNBOOK_BENCH=recorded``) instead of timing next to each
+other.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]   # the checkout
+SITE = ROOT / "build" / "gpu" / "site"
+EXTENSIONS_DIR = ROOT / "build" / "gpu" / "torch_extensions"
+COMMAND_LIMIT_S = 600   # one command on the machines the project is lent
+
+__all__ = ["Stage", "STAGES", "environment", "plan", "run_stage", "COMMAND_LIMIT_S"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    name: str
+    what: str
+    estimate_s: int
+    commands: tuple   # argv lists; "{out}" is the stage's folder, "{workers}" -n
+    env: tuple = ()   # (name, value) pairs for this stage's commands
+
+    def argv(self, out: pathlib.Path, workers: int) -> list:
+        return [[a.format(out=out, workers=workers, python=sys.executable) for a in cmd]
+                for cmd in self.commands]
+
+
+PY = "{python}"
+PYTEST = (PY, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs")
+NOTEBOOKS_A = ("01", "02", "03", "04", "05", "06", "A1", "B1")
+NOTEBOOKS_B = ("07", "08", "09", "10", "11")
+SANITIZERS = ("memcheck", "racecheck", "synccheck")
+
+
+def _notebooks(part, which, prefixes, estimate_s):
+    paths = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "book").glob("*.ipynb"))
+             if p.name.split("_")[0] in prefixes]
+    return Stage(f"notebooks-{part}", f"{which} under nbval, lax: the stored outputs "
+                 "are the emulator's, so every cell must run and pass its asserts; the "
+                 "benchmark cells plot what the bench stages recorded", estimate_s,
+                 (PYTEST + ("-n", "{workers}", "--nbval-lax", "--junitxml",
+                            "{out}/junit.xml", *paths),),
+                 env=(("ATTNBOOK_BENCH", "recorded"),))
+
+
+def _sanitizer(tool):
+    return ("compute-sanitizer", "--tool", tool, "--error-exitcode", "1",
+            "--log-file", f"{{out}}/{tool}.log", PY, "-m", "attnbook.gpu.launches")
+
+
+def _bench(part, chapters):
+    return Stage(f"bench-{part}", "the benchmark suites of chapters "
+                 + ", ".join(chapters) + " (results into the run's folder)",
+                 50 * len(chapters), ((PY, "-m", "attnbook.bench", *chapters),))
+
+
+STAGES = (
+    Stage("check", "versions, the GPU, nvcc, compute-sanitizer and ncu; installs the "
+          "carried wheels (.whl/) the notebooks need", 30,
+          ((PY, "-m", "attnbook.gpu", "--environment", "{out}/environment.json"),)),
+    Stage("build", "every extension of the package built by nvcc for this GPU, in "
+          "parallel, into the shared extension cache", 150,
+          ((PY, "-m", "attnbook.gpu", "--build", "{workers}"),)),
+    Stage("tests", "the unit tests of every op and kernel on cuda, and the GPU-only "
+          "checks (-m 'cuda or gpu')", 180,
+          (PYTEST + ("-n", "{workers}", "-m", "cuda or gpu", "--junitxml",
+                     "{out}/junit.xml", "tests/"),)),
+    _bench("a", ("02", "03", "04", "05")),
+    _bench("b", ("07", "08", "09", "10", "11")),
+    _notebooks("a", "chapters 1-6 and the appendices", NOTEBOOKS_A, 240),
+    _notebooks("b", "chapters 7-11", NOTEBOOKS_B, 300),
+    Stage("sanitize", "compute-sanitizer " + ", ".join(SANITIZERS) + " on every "
+          "package kernel at small shapes (attnbook.gpu.launches)", 180,
+          tuple(_sanitizer(tool) for tool in SANITIZERS),
+          # every tensor its own allocation, so that memcheck sees each one's bounds
+          env=(("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),)),
+    Stage("profile", "Nsight Compute on three kernels beside the emulator's profile of "
+          "the same launches", 120,
+          ((PY, "-m", "attnbook.gpu.ncu", "--out", "{out}"),)),
+)
+
+
+def plan(stages, within: float) -> tuple[list, list]:
+    """Split ``stages`` (in order) into those whose estimates fit in ``within`` seconds
+    and the rest, stopping at the first that does not fit."""
+    now, used = [], 0
+    for i, stage in enumerate(stages):
+        if used + stage.estimate_s > within:
+            return now, list(stages[i:])
+        now.append(stage)
+        used += stage.estimate_s
+    return now, []
+
+
+def commands_of(stages, limit=COMMAND_LIMIT_S) -> list:
+    """The stages grouped greedily into commands whose estimates fit ``limit``."""
+    groups, rest = [], list(stages)
+    while rest:
+        now, rest = plan(rest, limit)
+        groups.append(now or [rest.pop(0)])
+    return groups
+
+
+def child_env(out: pathlib.Path) -> dict:
+    env = dict(os.environ)
+    paths = [str(ROOT / "src"), str(SITE)]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env.update(PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1",
+               ATTNBOOK_RESULTS=str(out / "results"),
+               ATTNBOOK_TEST_DEVICES=env.get("ATTNBOOK_TEST_DEVICES", "cuda"))
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(EXTENSIONS_DIR))
+    return env
+
+
+def run_stage(stage: Stage, run_dir: pathlib.Path, workers: int,
+              timeout: float) -> dict:
+    """Run a stage's commands in order (stopping at the first failure), each command's
+    output in ``<stage>/log.txt``; returns its record for ``summary.json``."""
+    out = run_dir / stage.name
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    env = dict(child_env(run_dir), **dict(stage.env))
+    record = dict(stage=stage.name, estimate_s=stage.estimate_s, commands=[])
+    start = time.monotonic()
+    with open(out / "log.txt", "w") as log:
+        for argv in stage.argv(out, workers):
+            left = timeout - (time.monotonic() - start)
+            log.write(f"$ {' '.join(argv)}\n")
+            log.flush()
+            t0 = time.monotonic()
+            try:
+                rc = subprocess.run(argv, cwd=ROOT, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, timeout=max(left, 1),
+                                    stdin=subprocess.DEVNULL).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+            except FileNotFoundError as e:
+                rc = f"not found: {e.filename}"
+            record["commands"].append(dict(argv=argv, rc=rc,
+                                           seconds=round(time.monotonic() - t0, 1)))
+            if rc != 0:
+                break
+    record["seconds"] = round(time.monotonic() - start, 1)
+    record["ok"] = all(c["rc"] == 0 for c in record["commands"])
+    return record
+
+
+def _version(argv) -> str | None:
+    if not shutil.which(argv[0]):
+        return None
+    out = subprocess.run(argv, capture_output=True, text=True).stdout.strip()
+    return out.splitlines()[-1] if out else ""
+
+
+def environment(path: pathlib.Path) -> int:
+    """The check stage: write what this machine is to ``path``; install the carried
+    wheels (``.whl/``) into ``build/gpu/site`` when the notebooks' test tools are
+    missing. Exit code 2, and why, when a stage after it could not run."""
+    import importlib.metadata as md
+    import importlib.util
+
+    wheels = sorted((ROOT / ".whl").glob("*.whl"))
+    if importlib.util.find_spec("nbval") is None and wheels:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index",
+                        "--no-deps", "--no-compile", "--upgrade", "--target", str(SITE),
+                        *map(str, wheels)], check=True)
+        sys.path.insert(0, str(SITE))
+    import torch
+
+    facts = dict(python=sys.version.split()[0], torch=torch.__version__,
+                 torch_cuda=torch.version.cuda, gpu=None,
+                 nvcc=_version(["nvcc", "--version"]),
+                 compute_sanitizer=_version(["compute-sanitizer", "--version"]),
+                 ncu=_version(["ncu", "--version"]))
+    for name in ("transformers", "pytest", "pytest-xdist", "nbval", "ipykernel",
+                 "matplotlib", "ninja"):
+        try:
+            facts[name] = md.version(name)
+        except md.PackageNotFoundError:
+            facts[name] = None
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        facts.update(gpu=p.name, capability=f"{p.major}.{p.minor}",
+                     sms=p.multi_processor_count,
+                     memory_gib=round(p.total_memory / 2**30, 1))
+    path.write_text(json.dumps(facts, indent=1) + "\n")
+    print(json.dumps(facts, indent=1))
+    missing = [what for what, ok in (
+        ("a GPU (torch.cuda.is_available() is False)", facts["gpu"]),
+        ("nvcc on PATH", facts["nvcc"]),
+        ("nbval (carry the wheels: bash ../shared/gpu/wheels.sh)", facts["nbval"]),
+        ("pytest-xdist", facts["pytest-xdist"])) if not ok]
+    if missing:
+        print("cannot go on without: " + "; ".join(missing), file=sys.stderr)
+        return 2
+    return 0
+
+
+def _build_one(ext) -> tuple[str, float]:
+    from ..toolchain.compile import package_module
+    t0 = time.monotonic()
+    package_module(*ext, "cuda")
+    return ext[0], time.monotonic() - t0
+
+
+def build(workers: int) -> int:
+    """The build stage: every package extension for this GPU, ``workers`` at a time,
+    each ninja with its share of the cores."""
+    import concurrent.futures
+    import multiprocessing
+
+    from ..ops import EXTENSIONS
+    os.environ.setdefault("MAX_JOBS", str(max(1, (os.cpu_count() or 1) // workers)))
+    pool = concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"))
+    with pool:
+        for name, seconds in pool.map(_build_one, EXTENSIONS):
+            print(f"{name}: {seconds:.1f} s", flush=True)
+    return 0

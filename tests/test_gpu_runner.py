@@ -1,0 +1,101 @@
+"""python -m attnbook.gpu, as far as a machine without a GPU can take it: the dry run,
+the plan of ten-minute commands, the check stage's refusal, and Nsight Compute's
+comparison with the emulator on the emulator's side."""
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import attnbook as ab
+from attnbook.gpu import ncu
+from attnbook.gpu.__main__ import main
+from attnbook.gpu.stages import COMMAND_LIMIT_S, ROOT, STAGES, commands_of, plan
+
+
+def test_dry_run_lists_every_stage_in_commands_that_fit(tmp_path, capsys):
+    assert main(["--dry-run", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for stage in STAGES:
+        assert f"\n{stage.name} " in out and stage.what in out
+        assert 0 < stage.estimate_s <= COMMAND_LIMIT_S
+    total = sum(s.estimate_s for s in STAGES)
+    assert f"\n{'total':<13}{total:>7} s" in out
+    groups = commands_of(STAGES)
+    assert [s for g in groups for s in g] == list(STAGES)
+    assert all(sum(s.estimate_s for s in g) <= COMMAND_LIMIT_S for g in groups)
+    assert f"in commands of at most {COMMAND_LIMIT_S} s: {len(groups)}" in out
+    assert not (tmp_path / "summary.json").exists()   # a dry run runs nothing
+
+
+def test_the_stages_cover_every_notebook_and_benchmark_once():
+    args = [a for s in STAGES for cmd in s.commands for a in cmd]
+    notebooks = sorted(a for a in args if a.endswith(".ipynb"))
+    assert notebooks == sorted(str(p.relative_to(ROOT))
+                               for p in (ROOT / "book").glob("*.ipynb"))
+    chapters = [a for s in STAGES if s.name.startswith("bench")
+                for a in s.commands[0][3:]]
+    assert sorted(chapters) == sorted(ab.bench.suites.SUITES)
+    order = [s.name for s in STAGES]
+    assert order.index("bench-b") < order.index("notebooks-a")   # they plot its results
+    for s in STAGES:
+        if s.name.startswith("notebooks"):
+            assert ("ATTNBOOK_BENCH", "recorded") in s.env
+
+
+def test_plan_takes_the_stages_that_fit_in_order():
+    now, later = plan(STAGES, STAGES[0].estimate_s + STAGES[1].estimate_s)
+    assert now == list(STAGES[:2]) and later == list(STAGES[2:])
+    assert plan(STAGES, 0) == ([], list(STAGES))
+
+
+def test_unknown_stage_is_a_usage_error(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["nope", "--out", str(tmp_path)])
+
+
+def test_the_check_stage_refuses_a_machine_without_a_gpu(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "attnbook.gpu", "check", "--out",
+                          str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "[check] FAILED" in run.stdout
+    (record,) = json.loads((tmp_path / "summary.json").read_text()).values()
+    assert record["stage"] == "check" and not record["ok"]
+    facts = json.loads((tmp_path / "check" / "environment.json").read_text())
+    assert facts["gpu"] is None and facts["python"] == sys.version.split()[0]
+    log = (tmp_path / "check" / "log.txt").read_text()
+    assert "cannot go on without: a GPU (torch.cuda.is_available() is False)" in log
+
+
+RAW = '''==PROF== Connected to process 7 (python)
+"ID","Process ID","Kernel Name","{m0}","{m1}"
+"","","","request","sector"
+"0","7","void at::native::vectorized_elementwise_kernel<4>(int)","10","40"
+"1","7","void softmax_naive(const float *, float *, int, int)","1,024","4,096"
+==PROF== Disconnected from process 7
+'''.format(m0=ncu.METRICS[("global", "load", "requests")],
+           m1=ncu.METRICS[("global", "load", "sectors")])
+
+
+def test_ncu_raw_csv_is_read_and_paired_with_the_emulator_in_order():
+    kernels = ncu.parse_raw_csv(RAW)
+    assert [k["Kernel Name"][:30] for k in kernels] == [
+        "void at::native::vectorized_el", "void softmax_naive(const float"]
+    assert kernels[1][ncu.METRICS[("global", "load", "sectors")]] == 4096.0
+    (row,) = ncu.compare([{"kernel": "softmax_naive", "global load requests": 1024,
+                           "global load sectors": 4096}], kernels)
+    assert row["kernel (ncu)"].startswith("void softmax_naive")   # torch's set aside
+    assert row["global load sectors"] == {"emulator": 4096, "ncu": 4096.0}
+    assert row["shared load wavefronts"] == {"emulator": None, "ncu": None}
+
+
+def test_without_ncu_the_emulator_side_is_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(ncu.shutil, "which", lambda name: None)
+    assert ncu.main(["--out", str(tmp_path), "--only", "softmax naive"]) == 2
+    saved = json.loads((tmp_path / "compare.json").read_text())
+    assert saved["errors"] == {"softmax naive": "ncu is not on PATH"}
+    (row,) = saved["results"]["softmax naive"]
+    assert row["global load requests"]["emulator"] > 0
+    assert row["global store sectors"]["emulator"] > 0
+    assert "| global load sectors |" in (tmp_path / "compare.md").read_text()
