@@ -150,16 +150,28 @@ def test_sweep_heatmap_places_each_tile_shape():
     matplotlib.pyplot.close("all")
 
 
-def test_peak_memory_counts_what_the_call_allocates():
+def test_peak_memory_counts_what_the_call_allocates(device):
     """Views of tensors made before the call cost nothing; the registered ops'
     workspaces (the naive path's S×S scores) are counted although the op is one opaque
-    call."""
-    q = torch.randn(1, 2, 64, 32)
-    assert ab.peak_memory(lambda: q.view(2, 64, 32).transpose(1, 2), "cpu")[0] == 0
-    peak, _ = ab.peak_memory(lambda: ab.attention(q, q, q, impl="naive"), "cpu")
+    call. (Every size here is a multiple of the CUDA allocator's 512-byte rounding.)"""
+    q = torch.randn(1, 2, 64, 32).to(device)
+    assert ab.peak_memory(lambda: q.view(2, 64, 32).transpose(1, 2), device)[0] == 0
+    peak, _ = ab.peak_memory(lambda: ab.attention(q, q, q, impl="naive"), device)
     assert peak == q.numel() * 4 + 2 * 64 * 64 * 4
-    peak, _ = ab.peak_memory(lambda: ab.attention(q, q, q), "cpu")
+    peak, _ = ab.peak_memory(lambda: ab.attention(q, q, q), device)
     assert peak == q.numel() * 4 + 2 * 64 * 4          # o and the log-sum-exp
+
+
+@pytest.mark.gpu
+def test_cuda_event_timing_measures_the_work():
+    """A 256 MiB copy timed with flushed L2: a timing that did not wait for the GPU, or
+    that measured the flush, would be far off the device's bandwidth."""
+    x = torch.empty(2**26, device="cuda")
+    t = bench.time_cuda(lambda: x.clone(), repeats=10)
+    assert len(t["times_ms"]) == 10 and t["median_ms"] > 0
+    gbs = 2 * x.numel() * 4 / t["median_ms"] / 1e6          # bytes read and written
+    peak = bench.device_peaks()["bandwidth_gbs"]
+    assert 0.2 * peak < gbs < 1.1 * peak, (gbs, peak)
 
 
 def test_recorded_results_ship_in_the_wheel(tmp_path):

@@ -2,6 +2,7 @@
 and its combine, contiguous and paged caches, against the float64 reference under every
 thread order; the page allocator; the split heuristic; bad input refused before any
 launch."""
+import functools
 import math
 
 import pytest
@@ -22,13 +23,13 @@ BITS = {torch.float32: torch.int32, torch.float16: torch.int16,
         torch.bfloat16: torch.int16}
 
 
-def make_cache(B, Hkv, D, lengths, *, max_len, dtype=torch.float32, block_size=None,
-               spare_pages=3, seed=0):
+def make_cache(B, Hkv, D, lengths, device, *, max_len, dtype=torch.float32,
+               block_size=None, spare_pages=3, seed=0):
     """Caches holding random keys and values at the first lengths[b] positions of each
     sequence and NaN everywhere else (a kernel reading a slot it should not would show
     it). Contiguous [B, Hkv, max_len, D], or with ``block_size`` a pool of pages in
     shuffled order with spare pages, and its block table. Returns (k_cache, v_cache,
-    block_table)."""
+    block_table), built on the CPU and moved to ``device``."""
     g = torch.Generator().manual_seed(seed)
     table = None
     if block_size is None:
@@ -47,8 +48,8 @@ def make_cache(B, Hkv, D, lengths, *, max_len, dtype=torch.float32, block_size=N
                 page, slot = (b, pos) if table is None else \
                     (int(table[b, pos // block_size]), pos % block_size)
                 cache[page, :, slot] = data[b, :, pos]
-        caches.append(cache)
-    return caches[0], caches[1], table
+        caches.append(cache.to(device))
+    return caches[0], caches[1], None if table is None else table.to(device)
 
 
 def assert_same_bits(a, b):
@@ -86,16 +87,16 @@ CASES = {
 
 @pytest.mark.parametrize("order", ORDERS, ids=lambda o: o[0])
 @pytest.mark.parametrize("case", list(CASES))
-def test_matches_reference(case, order):
+def test_matches_reference(case, order, device):
     (B, H, Hkv, Sq, D, dtype, block_size, append, causal, max_len, lengths,
      splits) = CASES[case]
-    k_cache, v_cache, table = make_cache(B, Hkv, D, lengths, max_len=max_len,
+    k_cache, v_cache, table = make_cache(B, Hkv, D, lengths, device, max_len=max_len,
                                          dtype=dtype, block_size=block_size)
     g = torch.Generator().manual_seed(1)
-    q = torch.randn(B, H, Sq, D, generator=g).to(dtype)
-    k, v = (torch.randn(B, Hkv, Sq, D, generator=g).to(dtype) for _ in range(2)) \
-        if append else (None, None)
-    seqlens = torch.tensor(lengths, dtype=torch.int32)
+    q = torch.randn(B, H, Sq, D, generator=g).to(device, dtype)
+    k, v = (torch.randn(B, Hkv, Sq, D, generator=g).to(device, dtype)
+            for _ in range(2)) if append else (None, None)
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=device)
     want, want_lse, want_k, want_v = attention_with_kvcache_reference(
         q, k_cache, v_cache, k, v, cache_seqlens=seqlens, block_table=table,
         causal=causal, return_lse=True, return_caches=True)
@@ -112,24 +113,24 @@ def test_matches_reference(case, order):
         assert_same_bits(vc, want_v)
 
 
-def test_sequence_without_keys_gives_zeros():
-    k_cache, v_cache, _ = make_cache(2, 1, 32, [0, 10], max_len=16)
-    q = torch.randn(2, 2, 1, 32)
+def test_sequence_without_keys_gives_zeros(device):
+    k_cache, v_cache, _ = make_cache(2, 1, 32, [0, 10], device, max_len=16)
+    q = torch.randn(2, 2, 1, 32).to(device)
+    lens = torch.tensor([0, 10], device=device)
     for splits in (1, 3):
-        o, lse = ab.attention_with_kvcache(q, k_cache, v_cache,
-                                           cache_seqlens=torch.tensor([0, 10]),
+        o, lse = ab.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
                                            num_splits=splits, return_softmax_lse=True)
         assert (o[0] == 0).all() and (lse[0] == -math.inf).all()
         assert torch.isfinite(o[1]).all() and torch.isfinite(lse[1]).all()
 
 
-def test_nan_propagates_and_masked_keys_take_no_part():
+def test_nan_propagates_and_masked_keys_take_no_part(device):
     """A NaN in an attended key makes its rows NaN (as SDPA); an inf in the value of a
     key the causal mask hides from query 0 changes nothing for query 0."""
-    k_cache, v_cache, _ = make_cache(2, 1, 32, [6, 6], max_len=16)
+    k_cache, v_cache, _ = make_cache(2, 1, 32, [6, 6], device, max_len=16)
     k_cache[0, 0, 3, 5] = NAN
-    q = torch.randn(2, 1, 2, 32)
-    k, v = torch.randn(2, 1, 2, 32), torch.randn(2, 1, 2, 32)
+    q = torch.randn(2, 1, 2, 32).to(device)
+    k, v = torch.randn(2, 1, 2, 32).to(device), torch.randn(2, 1, 2, 32).to(device)
     v_inf = v.clone()
     v_inf[:, :, 1] = math.inf            # the second new token: hidden from query 0
     o = ab.attention_with_kvcache(q, k_cache.clone(), v_cache.clone(), k, v_inf,
@@ -141,10 +142,11 @@ def test_nan_propagates_and_masked_keys_take_no_part():
     assert not torch.isfinite(o[1, :, 1]).any()
 
 
-def test_splits_agree_with_one_split():
-    k_cache, v_cache, table = make_cache(2, 2, 64, [90, 45], max_len=96, block_size=16)
-    q = torch.randn(2, 4, 1, 64)
-    lens = torch.tensor([90, 45])
+def test_splits_agree_with_one_split(device):
+    k_cache, v_cache, table = make_cache(2, 2, 64, [90, 45], device, max_len=96,
+                                         block_size=16)
+    q = torch.randn(2, 4, 1, 64).to(device)
+    lens = torch.tensor([90, 45], device=device)
     one = ab.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
                                     block_table=table, num_splits=1)
     for splits in (2, 3, 4, 16):
@@ -154,58 +156,59 @@ def test_splits_agree_with_one_split():
             one, rtol=1e-5, atol=1e-6)
 
 
-def test_int64_lengths_and_block_table_and_int_seqlens():
-    k_cache, v_cache, table = make_cache(2, 1, 32, [7, 7], max_len=32, block_size=16)
-    q = torch.randn(2, 2, 1, 32)
+def test_int64_lengths_and_block_table_and_int_seqlens(device):
+    k_cache, v_cache, table = make_cache(2, 1, 32, [7, 7], device, max_len=32,
+                                         block_size=16)
+    q = torch.randn(2, 2, 1, 32).to(device)
     want = attention_with_kvcache_reference(q, k_cache, v_cache, cache_seqlens=7,
                                             block_table=table)
-    for lens in (7, torch.tensor([7, 7], dtype=torch.int64)):
+    for lens in (7, torch.tensor([7, 7], dtype=torch.int64, device=device)):
         o = ab.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
                                       block_table=table.long())
         torch.testing.assert_close(o.double(), want, rtol=1e-4, atol=1e-5)
 
 
-def test_strided_views_and_scale():
+def test_strided_views_and_scale(device):
     """A [B, S, H, D] buffer viewed as [B, H, S, D] works as q, as new keys, and as a
     cache written in place."""
     g = torch.Generator().manual_seed(3)
-    kc_bshd = torch.randn(2, 40, 2, 32, generator=g)
-    vc_bshd = torch.randn(2, 40, 2, 32, generator=g)
+    kc_bshd = torch.randn(2, 40, 2, 32, generator=g).to(device)
+    vc_bshd = torch.randn(2, 40, 2, 32, generator=g).to(device)
     kc, vc = kc_bshd.transpose(1, 2), vc_bshd.transpose(1, 2)
-    q = torch.randn(2, 3, 4, 32, generator=g).transpose(1, 2)   # [2, 4, 3, 32], strided
-    k = torch.randn(2, 3, 2, 32, generator=g).transpose(1, 2)
-    v = torch.randn(2, 3, 2, 32, generator=g).transpose(1, 2)
+    # [2, 4, 3, 32], strided
+    q = torch.randn(2, 3, 4, 32, generator=g).to(device).transpose(1, 2)
+    k = torch.randn(2, 3, 2, 32, generator=g).to(device).transpose(1, 2)
+    v = torch.randn(2, 3, 2, 32, generator=g).to(device).transpose(1, 2)
+    lens = torch.tensor([4, 30], device=device)
     want, want_k, _ = attention_with_kvcache_reference(
-        q, kc, vc, k, v, cache_seqlens=torch.tensor([4, 30]), scale=0.3,
-        return_caches=True)
-    o = ab.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=torch.tensor([4, 30]),
-                                  scale=0.3)
+        q, kc, vc, k, v, cache_seqlens=lens, scale=0.3, return_caches=True)
+    o = ab.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, scale=0.3)
     torch.testing.assert_close(o.double(), want, rtol=1e-4, atol=1e-5)
     assert torch.equal(kc_bshd.transpose(1, 2), want_k)
 
 
-def test_append_alone():
-    k_cache, v_cache, table = make_cache(2, 2, 32, [3, 17], max_len=32, block_size=16,
-                                         dtype=torch.bfloat16)
-    k = torch.randn(2, 2, 3, 32).bfloat16()
-    v = torch.randn(2, 2, 3, 32).bfloat16()
+def test_append_alone(device):
+    k_cache, v_cache, table = make_cache(2, 2, 32, [3, 17], device, max_len=32,
+                                         block_size=16, dtype=torch.bfloat16)
+    k = torch.randn(2, 2, 3, 32).to(device, torch.bfloat16)
+    v = torch.randn(2, 2, 3, 32).to(device, torch.bfloat16)
+    lens = torch.tensor([3, 17], device=device)
     _, want_k, want_v = attention_with_kvcache_reference(
-        k, k_cache, v_cache, k, v,
-        cache_seqlens=torch.tensor([3, 17]), block_table=table, return_caches=True)
-    ab.kv_cache_append(k_cache, v_cache, k, v, cache_seqlens=torch.tensor([3, 17]),
-                       block_table=table)
+        k, k_cache, v_cache, k, v, cache_seqlens=lens, block_table=table,
+        return_caches=True)
+    ab.kv_cache_append(k_cache, v_cache, k, v, cache_seqlens=lens, block_table=table)
     assert_same_bits(k_cache, want_k)
     assert_same_bits(v_cache, want_v)
 
 
 # ---- the page allocator --------------------------------------------------------------
-def test_paged_cache_decodes_like_the_reference_as_sequences_come_and_go():
+def test_paged_cache_decodes_like_the_reference_as_sequences_come_and_go(device):
     """Prefill, decode steps, a sequence freed and a new one started in its slot: pages
     return to the free list and are reused out of order; every step matches the
     reference on the pages as they are."""
     g = torch.Generator().manual_seed(5)
     cache = ab.PagedKVCache(12, 2, 32, max_seqs=2, max_blocks_per_seq=5, block_size=4,
-                            generator=torch.Generator().manual_seed(0))
+                            device=device, generator=torch.Generator().manual_seed(0))
     steps = [5, 1, 1, "free 1", 3, 1, 1]
     for step in steps:
         if step == "free 1":
@@ -213,9 +216,9 @@ def test_paged_cache_decodes_like_the_reference_as_sequences_come_and_go():
             cache.free(1)
             assert len(cache.free_pages) > before and cache.lengths[1] == 0
             continue
-        q = torch.randn(2, 4, step, 32, generator=g)
-        k, v = (torch.randn(2, 2, step, 32, generator=g),
-                torch.randn(2, 2, step, 32, generator=g))
+        q = torch.randn(2, 4, step, 32, generator=g).to(device)
+        k, v = (torch.randn(2, 2, step, 32, generator=g).to(device),
+                torch.randn(2, 2, step, 32, generator=g).to(device))
         for seq in range(2):
             cache.reserve(seq, step)
         want = attention_with_kvcache_reference(
@@ -234,8 +237,9 @@ def test_paged_cache_decodes_like_the_reference_as_sequences_come_and_go():
     assert cache.allocated_positions() == 4 * len(used)
 
 
-def test_allocator_runs_out_cleanly():
-    cache = ab.PagedKVCache(3, 1, 32, max_seqs=2, max_blocks_per_seq=2, block_size=4)
+def test_allocator_runs_out_cleanly(device):
+    cache = ab.PagedKVCache(3, 1, 32, max_seqs=2, max_blocks_per_seq=2, block_size=4,
+                            device=device)
     cache.reserve(0, 8)
     with pytest.raises(MemoryError, match="1 are free"):
         cache.reserve(1, 5)
@@ -284,17 +288,17 @@ def test_meta_and_fake_tensors():
         assert hasattr(torch.ops.attnbook, name)
 
 
-def test_empty_shapes():
-    kc = torch.zeros(2, 2, 8, 32)
-    for q, lens in ((torch.zeros(2, 4, 0, 32), [1, 2]), (torch.zeros(0, 4, 1, 32), [])):
+def test_empty_shapes(device):
+    kc = torch.zeros(2, 2, 8, 32, device=device)
+    for q, lens in ((torch.zeros(2, 4, 0, 32, device=device), [1, 2]),
+                    (torch.zeros(0, 4, 1, 32, device=device), [])):
         b = q.shape[0]
-        o = ab.attention_with_kvcache(q, kc[:b], kc[:b].clone(),
-                                      cache_seqlens=torch.tensor(lens,
-                                                                 dtype=torch.int32))
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
+        o = ab.attention_with_kvcache(q, kc[:b], kc[:b].clone(), cache_seqlens=seqlens)
         assert o.shape == q.shape
 
 
-def test_registered_ops_under_torch_compile():
+def test_registered_ops_under_torch_compile(device):
     """The append declares that it mutates the caches: compiled with fullgraph, the two
     ops give the same output and the same caches as eager."""
     from attnbook.ops.decode import decode_attention
@@ -306,10 +310,9 @@ def test_registered_ops_under_torch_compile():
                                 0.125)[0] * 2
 
     g = torch.Generator().manual_seed(4)
-    q, kc, vc = torch.randn(2, 4, 1, 64, generator=g), \
-        torch.randn(2, 2, 20, 64, generator=g), torch.randn(2, 2, 20, 64, generator=g)
-    k, v = torch.randn(2, 2, 1, 64, generator=g), torch.randn(2, 2, 1, 64, generator=g)
-    lens = torch.tensor([3, 9], dtype=torch.int32)
+    q, kc, vc, k, v = (torch.randn(*s, generator=g).to(device) for s in (
+        (2, 4, 1, 64), (2, 2, 20, 64), (2, 2, 20, 64), (2, 2, 1, 64), (2, 2, 1, 64)))
+    lens = torch.tensor([3, 9], dtype=torch.int32, device=device)
     eager_k, eager_v = kc.clone(), vc.clone()
     want = step(q, eager_k, eager_v, k, v, lens)
     torch._dynamo.reset()
@@ -320,41 +323,45 @@ def test_registered_ops_under_torch_compile():
 
 
 # ---- bad input: a clear error before any launch, the cache untouched -----------------
-def _bad_cases():
-    kc = torch.zeros(2, 2, 16, 32)
-    pool = torch.zeros(6, 2, 4, 32)
-    table = torch.tensor([[0, 1, 2, 3], [4, 5, 0, 1]], dtype=torch.int32)
-    q, k = torch.zeros(2, 4, 2, 32), torch.zeros(2, 2, 2, 32)
+def _bad_cases(device):
+    """(name, keywords, error, message) of each bad request, its tensors on
+    ``device``."""
+    tensor = functools.partial(torch.tensor, device=device)
+    zeros = functools.partial(torch.zeros, device=device)
+    kc = zeros(2, 2, 16, 32)
+    pool = zeros(6, 2, 4, 32)
+    table = tensor([[0, 1, 2, 3], [4, 5, 0, 1]], dtype=torch.int32)
+    q, k = zeros(2, 4, 2, 32), zeros(2, 2, 2, 32)
     ok = dict(q=q, k_cache=kc, v_cache=kc.clone(), k=k, v=k.clone(),
-              cache_seqlens=torch.tensor([0, 3]))
+              cache_seqlens=tensor([0, 3]))
     paged = dict(ok, k_cache=pool, v_cache=pool.clone(), block_table=table)
 
     def with_(base=ok, **kw):
         return {**base, **kw}
 
-    yield "past max_len", with_(cache_seqlens=torch.tensor([0, 15])), ValueError, \
+    yield "past max_len", with_(cache_seqlens=tensor([0, 15])), ValueError, \
         r"cache_seqlens\[1\] = 15 plus 2 new tokens exceeds the cache's capacity of 16"
-    yield "negative length", with_(cache_seqlens=torch.tensor([0, -1])), ValueError, \
+    yield "negative length", with_(cache_seqlens=tensor([0, -1])), ValueError, \
         r"cache_seqlens\[1\] = -1 is negative"
-    yield "huge int64 length", with_(cache_seqlens=torch.tensor([2**40, 0])), \
+    yield "huge int64 length", with_(cache_seqlens=tensor([2**40, 0])), \
         ValueError, "exceeds the cache's capacity"
     yield "huge int length", with_(cache_seqlens=2**70), ValueError, "exceeds the cache"
-    yield "float lengths", with_(cache_seqlens=torch.tensor([0.0, 3.0])), TypeError, \
+    yield "float lengths", with_(cache_seqlens=tensor([0.0, 3.0])), TypeError, \
         "cache_seqlens must be an int32 or int64 tensor"
-    yield "lengths shape", with_(cache_seqlens=torch.tensor([0, 3, 4])), ValueError, \
+    yield "lengths shape", with_(cache_seqlens=tensor([0, 3, 4])), ValueError, \
         r"cache_seqlens must have shape \[B\] = \[2\]"
-    yield "page outside pool", with_(paged, block_table=torch.tensor(
+    yield "page outside pool", with_(paged, block_table=tensor(
         [[0, 1, 2, 3], [4, 6, 0, 1]], dtype=torch.int32)), ValueError, \
         r"block_table\[1, 1\] = 6 is outside the pool of 6 pages"
-    yield "negative page", with_(paged, block_table=torch.tensor(
+    yield "negative page", with_(paged, block_table=tensor(
         [[-1, 1, 2, 3], [4, 5, 0, 1]], dtype=torch.int32)), ValueError, \
         "outside the pool"
-    yield "huge int64 page", with_(paged, block_table=torch.tensor(
+    yield "huge int64 page", with_(paged, block_table=tensor(
         [[2**33, 1, 2, 3], [4, 5, 0, 1]])), ValueError, "outside the pool"
-    yield "page shared by two writers", with_(paged, block_table=torch.tensor(
-        [[0, 1, 2, 3], [0, 5, 3, 1]], dtype=torch.int32), cache_seqlens=torch.tensor(
+    yield "page shared by two writers", with_(paged, block_table=tensor(
+        [[0, 1, 2, 3], [0, 5, 3, 1]], dtype=torch.int32), cache_seqlens=tensor(
             [0, 0])), ValueError, "must not be shared"
-    yield "paged past capacity", with_(paged, cache_seqlens=torch.tensor([15, 0])), \
+    yield "paged past capacity", with_(paged, cache_seqlens=tensor([15, 0])), \
         ValueError, "capacity of 16"
     yield "float block table", with_(paged, block_table=table.float()), TypeError, \
         "block_table must be an int32 or int64 tensor"
@@ -375,23 +382,23 @@ def _bad_cases():
     yield "cache device", with_(k_cache=kc.to("meta"), v_cache=kc.to("meta")), \
         ValueError, "all tensors must be on one device"
     yield "cache head dim strided", \
-        with_(k_cache=torch.zeros(2, 2, 16, 64)[..., ::2],
-              v_cache=torch.zeros(2, 2, 16, 64)[..., ::2]), \
+        with_(k_cache=zeros(2, 2, 16, 64)[..., ::2],
+              v_cache=zeros(2, 2, 16, 64)[..., ::2]), \
         ValueError, "head dimension must be contiguous"
     yield "same cache twice", with_(v_cache=kc), ValueError, "different tensors"
-    yield "heads", with_(q=torch.zeros(2, 3, 2, 32)), ValueError, "multiple of"
+    yield "heads", with_(q=zeros(2, 3, 2, 32)), ValueError, "multiple of"
     yield "k without v", with_(v=None), ValueError, "k and v must be given together"
-    yield "k length", with_(k=torch.zeros(2, 2, 3, 32), v=torch.zeros(2, 2, 3, 32)), \
+    yield "k length", with_(k=zeros(2, 2, 3, 32), v=zeros(2, 2, 3, 32)), \
         ValueError, r"k must be \[B, Hkv, Sq, D\]"
     yield "k dtype", with_(k=k.half(), v=k.half()), TypeError, "k must have q's dtype"
     yield "q 3-D", with_(q=q[0]), ValueError, r"q must be \[B, H, Sq, D\]"
     yield "q not a tensor", with_(q=[1.0]), TypeError, "q must be a tensor"
     yield "q int", with_(q=q.int()), TypeError, "q must be float32"
-    yield "head_dim 40", with_(q=torch.zeros(2, 4, 2, 40),
-                               k_cache=torch.zeros(2, 2, 16, 40),
-                               v_cache=torch.zeros(2, 2, 16, 40),
-                               k=torch.zeros(2, 2, 2, 40),
-                               v=torch.zeros(2, 2, 2, 40)), ValueError, \
+    yield "head_dim 40", with_(q=zeros(2, 4, 2, 40),
+                               k_cache=zeros(2, 2, 16, 40),
+                               v_cache=zeros(2, 2, 16, 40),
+                               k=zeros(2, 2, 2, 40),
+                               v=zeros(2, 2, 2, 40)), ValueError, \
         "head_dim 40 is not supported by the decode kernel"
     yield "num_splits 0", with_(num_splits=0), ValueError, \
         "num_splits must be a positive"
@@ -401,11 +408,12 @@ def _bad_cases():
     yield "scale", with_(scale="x"), TypeError, "scale must be a number"
 
 
-BAD = list(_bad_cases())
+BAD = [case[0] for case in _bad_cases("cpu")]   # the names; each test builds its own
 
 
-@pytest.mark.parametrize("name,kwargs,error,match", BAD, ids=[b[0] for b in BAD])
-def test_bad_input_is_refused_before_any_write(name, kwargs, error, match):
+@pytest.mark.parametrize("name", BAD)
+def test_bad_input_is_refused_before_any_write(name, device):
+    kwargs, error, match = {case[0]: case[1:] for case in _bad_cases(device)}[name]
     caches = [kwargs[n] for n in ("k_cache", "v_cache")
               if isinstance(kwargs.get(n), torch.Tensor)]
     before = [c.clone() for c in caches if c.device.type != "meta"]

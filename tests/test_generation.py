@@ -17,14 +17,15 @@ from attnbook.reference import attention_reference
 PROMPTS = [[5, 17, 3, 42, 8, 1, 77], [9], [30, 31, 32, 33]]
 
 
-def model_of(seed=0, **cfg):
+def model_of(device, seed=0, **cfg):
+    """The model, its weights drawn on the CPU, on ``device``."""
     torch.manual_seed(seed)
     model = Decoder(DecoderConfig(**cfg)).eval()
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
                 p.normal_(0, 0.4)
-    return model
+    return model.to(device)
 
 
 def reference_tokens(model, prompts, n):
@@ -36,18 +37,18 @@ def reference_tokens(model, prompts, n):
                                  dict(dim=96, heads=3, kv_heads=3, layers=3)],
                          ids=["mha", "gqa", "d32x3"])
 @pytest.mark.parametrize("cache", ["contiguous", "paged", None])
-def test_generation_matches_sdpa_token_for_token(cfg, cache):
-    model = model_of(**cfg)
+def test_generation_matches_sdpa_token_for_token(cfg, cache, device):
+    model = model_of(device, **cfg)
     want = reference_tokens(model, PROMPTS, 12)
     assert len(set(want.flatten().tolist())) > 3   # the check is not vacuous
     got = model.generate(PROMPTS, 12, cache=cache)
     assert torch.equal(got, want)
 
 
-def test_float16_generation_runs_the_tensor_core_prefill():
+def test_float16_generation_runs_the_tensor_core_prefill(device):
     """Prefill on chapter 8's kernel (head_dim 64), decode in float16; on this model
     and these prompts rounding leaves every greedy choice as SDPA's."""
-    model = model_of(7, dim=128).half()
+    model = model_of(device, 7, dim=128).half()
     want = model.generate(PROMPTS, 10, attention_impl="sdpa")
     assert len(set(want.flatten().tolist())) > 3
     for cache in ("contiguous", "paged"):
@@ -55,21 +56,22 @@ def test_float16_generation_runs_the_tensor_core_prefill():
 
 
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
-def test_cached_baselines_match_the_uncached_reference(impl):
-    model = model_of(1)
+def test_cached_baselines_match_the_uncached_reference(impl, device):
+    model = model_of(device, 1)
     assert torch.equal(model.generate(PROMPTS, 10, attention_impl=impl),
                        reference_tokens(model, PROMPTS, 10))
 
 
 @pytest.mark.parametrize("block_size", [1, 3, 16])
-def test_paged_generation_with_pages_smaller_than_a_prompt(block_size):
-    model = model_of(2)
+def test_paged_generation_with_pages_smaller_than_a_prompt(block_size, device):
+    model = model_of(device, 2)
     got = model.generate(PROMPTS, 9, cache="paged", block_size=block_size)
     assert torch.equal(got, reference_tokens(model, PROMPTS, 9))
 
 
 def test_prefill_and_decode_run_the_book_kernels():
-    model = model_of(3)
+    # The routing, counted by mocks, is the same on every device: CPU only.
+    model = model_of("cpu", 3)
     with mock.patch.object(decoder_module, "attention",
                            wraps=decoder_module.attention) as prefill, \
          mock.patch.object(decoder_module, "attention_with_kvcache",
@@ -84,16 +86,17 @@ def test_prefill_and_decode_run_the_book_kernels():
                for c in prefill.call_args_list)
 
 
-def test_decode_reads_no_cache_slot_past_a_sequence():
+def test_decode_reads_no_cache_slot_past_a_sequence(device):
     """The caches start as NaN: a kernel that read an unwritten slot (past a short
     prompt, or in an unused page) would turn the logits into NaN."""
-    model = model_of(4)
-    cache = decoder_module._Cache(model.cfg, 3, 20, "paged", torch.float32, "cpu",
+    model = model_of(device, 4)
+    cache = decoder_module._Cache(model.cfg, 3, 20, "paged", torch.float32, device,
                                   block_size=4)
-    tokens = torch.zeros(3, 7, dtype=torch.long)
+    tokens = torch.zeros(3, 7, dtype=torch.long, device=device)
     for b, p in enumerate(PROMPTS):
-        tokens[b, :len(p)] = torch.tensor(p)
-    logits = model.prefill(tokens, torch.tensor([7, 1, 4], dtype=torch.int32), cache)
+        tokens[b, :len(p)] = torch.tensor(p, device=device)
+    lengths = torch.tensor([7, 1, 4], dtype=torch.int32, device=device)
+    logits = model.prefill(tokens, lengths, cache)
     for _ in range(5):
         logits = model.decode_step(logits.argmax(-1), cache)
         assert torch.isfinite(logits).all()
@@ -102,10 +105,10 @@ def test_decode_reads_no_cache_slot_past_a_sequence():
 
 
 @pytest.mark.parametrize("strides", [(2, 1), (3, 3), (1, 5)])
-def test_strided_model_matches_plain_pytorch_strided_attention(strides):
-    model = model_of(5, strides=strides)
-    tokens = torch.randint(0, 96, (2, 23))
-    lengths = torch.tensor([23, 11], dtype=torch.int32)
+def test_strided_model_matches_plain_pytorch_strided_attention(strides, device):
+    model = model_of(device, 5, strides=strides)
+    tokens = torch.randint(0, 96, (2, 23)).to(device)
+    lengths = torch.tensor([23, 11], dtype=torch.int32, device=device)
     got = model(tokens, lengths)
     want = model(tokens, lengths, attention_impl="sdpa")
     assert torch.allclose(got[0], want[0], atol=1e-4, rtol=1e-4)
@@ -114,7 +117,8 @@ def test_strided_model_matches_plain_pytorch_strided_attention(strides):
 
 
 def test_strided_layers_use_the_kernel_that_skips_masked_keys():
-    model = model_of(6, strides=(4, 1))
+    # The routing, seen by a mock, is the same on every device: CPU only.
+    model = model_of("cpu", 6, strides=(4, 1))
     with mock.patch.object(decoder_module, "attention",
                            wraps=decoder_module.attention) as attend:
         model(torch.randint(0, 96, (1, 16)))
@@ -138,8 +142,8 @@ def test_masked_attention_is_the_books_mask(stride, sq, sk):
         assert torch.allclose(got, want.float(), atol=1e-5)
 
 
-def test_generation_rejects_bad_requests():
-    model = model_of()
+def test_generation_rejects_bad_requests(device):
+    model = model_of(device)
     with pytest.raises(ValueError, match="exceed the model's 128 positions"):
         model.generate([[1] * 120], 9)
     with pytest.raises(ValueError, match="non-empty"):
@@ -152,10 +156,10 @@ def test_generation_rejects_bad_requests():
         DecoderConfig(strides=(2,))
 
 
-def test_decoder_trains_with_sdpa_and_generates_with_the_kernels():
+def test_decoder_trains_with_sdpa_and_generates_with_the_kernels(device):
     data, chars = ab.models.encode("abcabcabd" * 40)
     torch.manual_seed(0)
-    model = Decoder(DecoderConfig(vocab=len(chars), max_len=32))
+    model = Decoder(DecoderConfig(vocab=len(chars), max_len=32)).to(device)
     losses = ab.models.fit(model, data, steps=60, context=16,
                            forward=lambda x: model(x, attention_impl="sdpa"))
     assert losses[-1] < 0.5 * losses[0]
@@ -169,12 +173,12 @@ def test_decoder_trains_with_sdpa_and_generates_with_the_kernels():
 transformers = pytest.importorskip("transformers")
 
 
-def gpt2(seed=0, layers=2):
+def gpt2(device, seed=0, layers=2):
     torch.manual_seed(seed)
     cfg = transformers.GPT2Config(vocab_size=97, n_positions=64, n_embd=64,
                                   n_layer=layers, n_head=2, initializer_range=0.3,
                                   bos_token_id=0, eos_token_id=96)
-    return transformers.GPT2LMHeadModel(cfg).eval()
+    return transformers.GPT2LMHeadModel(cfg).eval().to(device)
 
 
 def hf_generate(model, impl, ids, mask, n=10):
@@ -189,25 +193,27 @@ def test_registration_round_trip():
     assert ab.models.register_hf() == "attnbook"
     assert AttentionInterface()["attnbook"] is ab.models.hf_attention
     assert "attnbook" in AttentionMaskInterface()
-    cfg = gpt2().config
+    cfg = gpt2("cpu").config
     model = transformers.GPT2LMHeadModel._from_config(cfg,
                                                        attn_implementation="attnbook")
     assert model.config._attn_implementation == "attnbook"
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_hf_gpt2_greedy_matches_sdpa_with_left_padding(seed):
+def test_hf_gpt2_greedy_matches_sdpa_with_left_padding(seed, device):
     ab.models.register_hf()
-    model = gpt2(seed)
-    ids = torch.tensor([[0, 0, 0, 5, 9, 12], [1, 2, 3, 4, 5, 6], [0, 7, 7, 8, 2, 4]])
-    mask = (torch.arange(6) >= torch.tensor([[3], [0], [1]])).long()
+    model = gpt2(device, seed)
+    ids = torch.tensor([[0, 0, 0, 5, 9, 12], [1, 2, 3, 4, 5, 6], [0, 7, 7, 8, 2, 4]],
+                       device=device)
+    mask = (torch.arange(6, device=device)
+            >= torch.tensor([[3], [0], [1]], device=device)).long()
     want = hf_generate(model, "sdpa", ids, mask)
     assert len(set(want[:, 6:].flatten().tolist())) > 3
     assert torch.equal(hf_generate(model, "attnbook", ids, mask), want)
 
 
 @pytest.mark.parametrize("padded", [False, True])
-def test_hf_llama_with_grouped_heads_matches_sdpa(padded):
+def test_hf_llama_with_grouped_heads_matches_sdpa(padded, device):
     """Rotary positions and 4 query heads sharing one kv head (the decode kernel's
     grouped path)."""
     ab.models.register_hf()
@@ -217,18 +223,20 @@ def test_hf_llama_with_grouped_heads_matches_sdpa(padded):
                                    num_attention_heads=4, num_key_value_heads=1,
                                    max_position_embeddings=64, initializer_range=0.3,
                                    bos_token_id=0, eos_token_id=96, pad_token_id=0)
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    ids = torch.tensor([[0, 0, 5, 9, 12, 3], [1, 2, 3, 4, 5, 6]])
-    mask = (torch.arange(6) >= torch.tensor([[2 if padded else 0], [0]])).long()
+    model = transformers.LlamaForCausalLM(cfg).eval().to(device)
+    ids = torch.tensor([[0, 0, 5, 9, 12, 3], [1, 2, 3, 4, 5, 6]], device=device)
+    mask = (torch.arange(6, device=device)
+            >= torch.tensor([[2 if padded else 0], [0]], device=device)).long()
     want = hf_generate(model, "sdpa", ids, mask)
     assert len(set(want[:, 6:].flatten().tolist())) > 3
     assert torch.equal(hf_generate(model, "attnbook", ids, mask), want)
 
 
 def test_hf_routes_prompt_to_the_fused_kernel_and_steps_to_the_decode_kernel():
+    # The routing, counted by mocks, is the same on every device: CPU only.
     from attnbook.models import hf
     ab.models.register_hf()
-    model = gpt2(2)
+    model = gpt2("cpu", 2)
     ids = torch.tensor([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
     with mock.patch.object(hf, "attention", wraps=hf.attention) as fused, \
          mock.patch.object(hf, "decode_attention",
@@ -239,7 +247,7 @@ def test_hf_routes_prompt_to_the_fused_kernel_and_steps_to_the_decode_kernel():
     assert torch.equal(got, hf_generate(model, "sdpa", ids, torch.ones_like(ids), 6))
 
 
-def test_the_hub_path_of_chapter_10_on_a_stand_in_checkpoint(tmp_path, capfd):
+def test_the_hub_path_of_chapter_10_on_a_stand_in_checkpoint(tmp_path, capfd, device):
     """Chapter 10 loads GPT-2 from the Hub where it is reachable: load_causal_lm,
     from_pretrained of a model and its tokenizer, left padding, greedy generation the
     same on both implementations. Here that path loads a checkpoint written as the
@@ -250,8 +258,9 @@ def test_the_hub_path_of_chapter_10_on_a_stand_in_checkpoint(tmp_path, capfd):
         p.name for p in (tmp_path / "gpt2").iterdir()}
     model, tokenizer = ab.models.load_causal_lm(folder)
     assert not model.training and tokenizer.padding_side == "left"
+    model.to(device)
     inputs = tokenizer(["The attention mechanism", "A GPU kernel"],
-                       return_tensors="pt", padding=True)
+                       return_tensors="pt", padding=True).to(device)
     assert (inputs["attention_mask"][1] == 0).any()
     out = {}
     for impl in ("sdpa", "attnbook"):
@@ -264,26 +273,28 @@ def test_the_hub_path_of_chapter_10_on_a_stand_in_checkpoint(tmp_path, capfd):
     assert tokenizer.decode(out["sdpa"][0]).startswith("The attention mechanism")
     assert capfd.readouterr().err == ""
     again = ab.models.gpt2_stand_in(tmp_path / "again")   # the same checkpoint
-    assert torch.equal(ab.models.load_causal_lm(again)[0].lm_head.weight,
+    assert torch.equal(ab.models.load_causal_lm(again)[0].lm_head.weight.to(device),
                        model.lm_head.weight)
 
 
-def test_hf_padding_rows_give_zeros_not_nan():
-    q = torch.randn(2, 2, 4, 32)
-    k, v = torch.randn(2, 2, 4, 32), torch.randn(2, 2, 4, 32)
-    mask = torch.ones(2, 1, 4, 4, dtype=torch.bool).tril()
+def test_hf_padding_rows_give_zeros_not_nan(device):
+    q = torch.randn(2, 2, 4, 32).to(device)
+    k, v = torch.randn(2, 2, 4, 32).to(device), torch.randn(2, 2, 4, 32).to(device)
+    mask = torch.ones(2, 1, 4, 4, dtype=torch.bool, device=device).tril()
     mask[0, :, :, :2] = False   # sequence 0 is left-padded by two tokens
     module = torch.nn.Module()
     out, weights = ab.models.hf_attention(module, q, k, v, mask, scaling=0.25)
     assert weights is None and out.shape == (2, 4, 2, 32)
-    assert torch.equal(out[0, :2], torch.zeros(2, 2, 32))   # rows with no key
+    # rows with no key
+    assert torch.equal(out[0, :2], torch.zeros(2, 2, 32, device=device))
     want = attention_reference(q, k, v, attn_mask=mask, scale=0.25,
                                float64=True).transpose(1, 2)
     assert torch.allclose(out[:, 2:].double(), want[:, 2:], atol=1e-5)
     assert not math.isnan(out.sum().item())
 
 
-def test_hf_refuses_dropout():
+def test_hf_refuses_dropout(device):
     with pytest.raises(NotImplementedError, match="eval"):
-        ab.models.hf_attention(torch.nn.Module(), *(torch.randn(1, 1, 2, 32),) * 3,
-                               None, dropout=0.1)
+        ab.models.hf_attention(torch.nn.Module(),
+                               *(torch.randn(1, 1, 2, 32).to(device),) * 3, None,
+                               dropout=0.1)
