@@ -63,8 +63,8 @@ def main(argv=None) -> int:
     if args.build:
         return build(args.build)
     if not (ROOT / "tests").is_dir() or not (ROOT / "book").is_dir():
-        _parser().error(f"the stages run the tests and notebooks of a checkout; "
-                        f"{ROOT} is not one (run it from a clone's src/ on PYTHONPATH)")
+        _parser().error(f"the stages run the tests and notebooks of a clone: run this "
+                        f"in one ({ROOT} is none)")
     unknown = [n for n in args.stages if n not in BY_NAME]
     if unknown:
         _parser().error(f"no stage {unknown[0]!r}; the stages: {', '.join(BY_NAME)}")

@@ -22,7 +22,17 @@ import subprocess
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]   # the checkout
+
+def _checkout() -> pathlib.Path:
+    """The clone whose tests and notebooks the stages run: the working directory, or
+    the one this package's source sits in."""
+    for folder in (pathlib.Path.cwd(), pathlib.Path(__file__).resolve().parents[3]):
+        if (folder / "tests").is_dir() and (folder / "book").is_dir():
+            return folder
+    return pathlib.Path.cwd()
+
+
+ROOT = _checkout()
 SITE = ROOT / "build" / "gpu" / "site"
 EXTENSIONS_DIR = ROOT / "build" / "gpu" / "torch_extensions"
 COMMAND_LIMIT_S = 600   # one command on the machines the project is lent
