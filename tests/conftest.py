@@ -29,7 +29,8 @@ def test_devices() -> list:
     wanted = [d.strip() for d in chosen.split(",") if d.strip()]
     for d in wanted:
         if d not in KNOWN:
-            raise pytest.UsageError(f"ATTNBOOK_TEST_DEVICES: {d!r} is not one of {KNOWN}")
+            raise pytest.UsageError(f"ATTNBOOK_TEST_DEVICES: {d!r} is not one of "
+                                    f"{KNOWN}")
         if d not in present:
             raise pytest.UsageError(f"ATTNBOOK_TEST_DEVICES names {d!r}, but torch "
                                     "sees no CUDA device here")

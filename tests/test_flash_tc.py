@@ -22,31 +22,31 @@ SHAPES = [(1, 1, 1, 1, 1, 64), (2, 2, 2, 17, 17, 64), (1, 4, 2, 65, 33, 128),
           (1, 2, 2, 20, 30, 32), (2, 2, 1, 9, 40, 80)]
 
 
-def inputs(shape, dtype, seed=0, magnitude=1.0):
+def inputs(shape, dtype, device, seed=0, magnitude=1.0):
     b, h, hkv, sq, sk, d = shape
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(*s, generator=g) for s in
                ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d)))
-    return (q * magnitude).to(dtype), (k * magnitude).to(dtype), v.to(dtype)
+    return tuple(t.to(dtype).to(device) for t in (q * magnitude, k * magnitude, v))
 
 
-def mask_cases(b, h, sq, sk, dtype):
+def mask_cases(b, h, sq, sk, dtype, device):
     """(name, keywords of ab.attention, the equivalent boolean or additive SDPA
     mask)."""
     g = torch.Generator().manual_seed(9)
-    pos = torch.arange(sq).view(-1, 1) + sk - sq
-    lengths = torch.tensor([sk, sk // 2][:b])
-    additive = torch.randn(1, h, sq, sk, generator=g).to(dtype)
-    boolean = torch.rand(b, 1, sq, sk, generator=g) > 0.3
+    pos = torch.arange(sq, device=device).view(-1, 1) + sk - sq
+    keys = torch.arange(sk, device=device)
+    lengths = torch.tensor([sk, sk // 2][:b], device=device)
+    additive = torch.randn(1, h, sq, sk, generator=g).to(dtype).to(device)
+    boolean = (torch.rand(b, 1, sq, sk, generator=g) > 0.3).to(device)
     return [("none", {}, None),
-            ("causal", dict(is_causal=True), torch.arange(sk) <= pos),
-            ("key padding", dict(key_lengths=lengths),
-             torch.arange(sk) < lengths.view(b, 1, 1, 1)),
+            ("causal", dict(is_causal=True), keys <= pos),
+            ("key padding", dict(key_lengths=lengths), keys < lengths.view(b, 1, 1, 1)),
             ("boolean", dict(attn_mask=boolean), boolean),
             ("additive", dict(attn_mask=additive), additive),
-            ("window", dict(window=5), (pos - torch.arange(sk)).abs() < 5),
+            ("window", dict(window=5), (pos - keys).abs() < 5),
             ("causal stride", dict(is_causal=True, stride=3),
-             (torch.arange(sk) <= pos) & (torch.arange(sk) % 3 == 0))]
+             (keys <= pos) & (keys % 3 == 0))]
 
 
 def sdpa(q, k, v, mask, dtype):
@@ -72,9 +72,10 @@ def check_close(out, q, k, v, mask):
 
 @pytest.mark.parametrize("step,dtype,shape",
                          list(itertools.product(STEPS, DTYPES, SHAPES)))
-def test_every_mask_within_sdpas_error(step, dtype, shape):
-    q, k, v = inputs(shape, dtype)
-    for name, opts, mask in mask_cases(shape[0], shape[1], shape[3], shape[4], dtype):
+def test_every_mask_within_sdpas_error(step, dtype, shape, device):
+    q, k, v = inputs(shape, dtype, device)
+    for name, opts, mask in mask_cases(shape[0], shape[1], shape[3], shape[4], dtype,
+                                       device):
         out = ab.flash_attention_tc(q, k, v, step=step, **opts)
         assert out.dtype == dtype and out.shape == q.shape
         check_close(out, q, k, v, mask)
@@ -82,21 +83,21 @@ def test_every_mask_within_sdpas_error(step, dtype, shape):
 
 @pytest.mark.parametrize("step,order", list(itertools.product(
     STEPS, [("forward", 0), ("reverse", 0), ("shuffle", 7)])))
-def test_thread_orders(step, order):
+def test_thread_orders(step, order, device):
     """A missing barrier or __syncwarp changes the answer under some order."""
     shape = (2, 4, 2, 70, 90, 64)
-    q, k, v = inputs(shape, torch.float16, seed=1)
+    q, k, v = inputs(shape, torch.float16, device, seed=1)
     b, h, sq, sk = 2, 4, 70, 90
-    for _, opts, mask in mask_cases(b, h, sq, sk, torch.float16)[:5:2]:
+    for _, opts, mask in mask_cases(b, h, sq, sk, torch.float16, device)[:5:2]:
         with ab.thread_order(*order):
             out = ab.flash_attention_tc(q, k, v, step=step, **opts)
         check_close(out, q, k, v, mask)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_log_sum_exp_and_large_scores(dtype):
+def test_log_sum_exp_and_large_scores(dtype, device):
     """Scores of order ±1e4 stay finite, and the lse is the reference's."""
-    q, k, v = inputs((1, 2, 2, 40, 50, 64), dtype, seed=3, magnitude=100.0)
+    q, k, v = inputs((1, 2, 2, 40, 50, 64), dtype, device, seed=3, magnitude=100.0)
     for step in STEPS:
         o, lse = ab.flash_attention_tc(q, k, v, step=step, return_lse=True)
         assert torch.isfinite(o).all() and lse.dtype == torch.float32
@@ -107,14 +108,15 @@ def test_log_sum_exp_and_large_scores(dtype):
 
 @pytest.mark.parametrize("d,tiles", [(d, t) for d in flash_tc.TC_SWEEP
                                      for t in flash_tc.TC_SWEEP[d]])
-def test_every_swept_tile_shape(d, tiles):
-    q, k, v = inputs((2, 2, 1, 150, 90, d), torch.float16, seed=5)
-    for _, opts, mask in mask_cases(2, 2, 150, 90, torch.float16):
+def test_every_swept_tile_shape(d, tiles, device):
+    q, k, v = inputs((2, 2, 1, 150, 90, d), torch.float16, device, seed=5)
+    for _, opts, mask in mask_cases(2, 2, 150, 90, torch.float16, device):
         check_close(ab.flash_attention_tc(q, k, v, tiles=tiles, **opts), q, k, v, mask)
 
 
-def test_rows_with_no_admissible_key_are_zero():
-    q, k, v = inputs((1, 1, 1, 80, 10, 64), torch.float16)  # causal: 70 rows see no key
+def test_rows_with_no_admissible_key_are_zero(device):
+    # causal: 70 rows see no key ...
+    q, k, v = inputs((1, 1, 1, 80, 10, 64), torch.float16, device)
     v[:, :, 3] = NAN                                        # ... not even 0·NaN
     for step in STEPS:
         o, lse = ab.flash_attention_tc(q, k, v, is_causal=True, step=step,
@@ -131,11 +133,11 @@ def nan_cases():
 
 @pytest.mark.parametrize("step", [1, 5])
 @pytest.mark.parametrize("which,value,opts", list(nan_cases()))
-def test_nan_and_inf_as_in_sdpa(step, which, value, opts):
+def test_nan_and_inf_as_in_sdpa(step, which, value, opts, device):
     """SDPA's math path, NaN for NaN (masked keys: a masked k never reaches a row; a
     masked v does, through 0·v, as in SDPA)."""
-    q, k, v = inputs((1, 2, 1, 9, 70, 64), torch.float16, seed=2)
-    mask = torch.zeros(9, 70, dtype=torch.float16)
+    q, k, v = inputs((1, 2, 1, 9, 70, 64), torch.float16, device, seed=2)
+    mask = torch.zeros(9, 70, dtype=torch.float16, device=device)
     target = dict(q=q, k=k, v=v, m=mask)[which]
     if which == "q":
         target[:, :, 3, 1] = value
@@ -144,7 +146,8 @@ def test_nan_and_inf_as_in_sdpa(step, which, value, opts):
     else:
         target[:, :, 66, 2] = value
     out = ab.flash_attention_tc(q, k, v, attn_mask=mask, step=step, **opts)
-    causal = torch.ones(9, 70, dtype=torch.bool).tril(61) if opts else None
+    causal = (torch.ones(9, 70, dtype=torch.bool, device=device).tril(61) if opts
+              else None)
     full = mask if causal is None else mask.masked_fill(~causal, -INF)
     h = 2
     ke, ve = (t.repeat_interleave(h, dim=1).double() for t in (k, v))
@@ -159,10 +162,10 @@ def test_nan_and_inf_as_in_sdpa(step, which, value, opts):
                                rtol=1e-2, atol=1e-2)
 
 
-def test_a_padded_key_is_absent():
+def test_a_padded_key_is_absent(device):
     """Keys past key_lengths are loaded as zeros: NaN in their k or v never arrives."""
-    q, k, v = inputs((1, 2, 2, 40, 40, 64), torch.float16, seed=1)
-    lengths = torch.tensor([30])
+    q, k, v = inputs((1, 2, 2, 40, 40, 64), torch.float16, device, seed=1)
+    lengths = torch.tensor([30], device=device)
     clean = ab.attention(q, k, v, key_lengths=lengths, is_causal=True)
     k2, v2 = k.clone(), v.clone()
     k2[:, :, 33:], v2[:, :, 35:] = NAN, INF
@@ -170,50 +173,52 @@ def test_a_padded_key_is_absent():
                                             is_causal=True), clean)
 
 
-def test_attention_dispatches_half_precision_here():
-    q, k, v = inputs((2, 4, 2, 33, 40, 64), torch.bfloat16, seed=6)
+def test_attention_dispatches_half_precision_here(device):
+    q, k, v = inputs((2, 4, 2, 33, 40, 64), torch.bfloat16, device, seed=6)
     want = ab.flash_attention_tc(q, k, v, is_causal=True)
     assert torch.equal(ab.attention(q, k, v, is_causal=True), want)
     assert torch.equal(ab.Attention(is_causal=True)(q, k, v), want)
 
 
-def test_layouts():
+def test_layouts(device):
     """[B, S, H, D] views run in place; rows that do not start on 16 bytes are
     copied."""
-    x = torch.randn(2, 19, 4, 64).half()
+    x = torch.randn(2, 19, 4, 64).half().to(device)
     q = x.transpose(1, 2)
     want = sdpa(q, q, q, None, torch.float64)
     check_close(ab.attention(q, q, q), q, q, q, None)
     # 2-byte offset
-    odd = torch.randn(2 * 4 * 19 * 64 + 1).half()[1:].view(2, 4, 19, 64)
+    odd = torch.randn(2 * 4 * 19 * 64 + 1).half().to(device)[1:].view(2, 4, 19, 64)
     odd.copy_(q)
     torch.testing.assert_close(ab.attention(odd, odd, odd).double(), want,
                                rtol=1e-2, atol=2e-3)
-    strided = torch.randn(2, 4, 19, 68).half()[..., :64]      # row stride 68: not 16 B
+    # row stride 68: not 16 B
+    strided = torch.randn(2, 4, 19, 68).half().to(device)[..., :64]
     strided.copy_(q)
     assert torch.equal(ab.attention(strided, strided, strided), ab.attention(q, q, q))
 
 
-def test_the_wrapper_refuses_misaligned_rows():
+def test_the_wrapper_refuses_misaligned_rows(device):
     """The kernels' 16-byte copies never see a misaligned row, even past the Python
     side."""
-    module = package_module(*flash_tc.EXTENSIONS[0], "emulator")
-    odd = torch.randn(1 * 2 * 9 * 64 + 1).half()[1:].view(1, 2, 9, 64)
-    none = torch.empty(0)
+    module = package_module(*flash_tc.EXTENSIONS[0],
+                            "cuda" if device == "cuda" else "emulator")
+    odd = torch.randn(1 * 2 * 9 * 64 + 1).half().to(device)[1:].view(1, 2, 9, 64)
+    none = torch.empty(0, device=device)
     with pytest.raises(RuntimeError, match="16 bytes"):
         module.forward(odd, odd, odd, none, none, False, 0, 0, 0.125, 5, 64, 64)
 
 
-def test_more_than_65535_batch_heads():
-    q = torch.randn(65537, 1, 1, 64).half()
+def test_more_than_65535_batch_heads(device):
+    q = torch.randn(65537, 1, 1, 64).half().to(device)
     torch.testing.assert_close(ab.attention(q, q, q), q)   # one key: o = v
 
 
-def test_empty_inputs():
+def test_empty_inputs(device):
     for qs, ks in [((0, 2, 5, 64), (0, 2, 5, 64)), ((1, 2, 0, 64), (1, 2, 5, 64))]:
-        assert ab.attention(torch.randn(qs).half(),
-                            *[torch.randn(ks).half()] * 2).shape == qs
-    q, k = torch.randn(1, 2, 5, 64).half(), torch.randn(1, 2, 0, 64).half()
+        assert ab.attention(torch.randn(qs).half().to(device),
+                            *[torch.randn(ks).half().to(device)] * 2).shape == qs
+    q, k = (torch.randn(s).half().to(device) for s in ((1, 2, 5, 64), (1, 2, 0, 64)))
     assert (ab.attention(q, k, k) == 0).all()
 
 
@@ -223,17 +228,17 @@ def test_empty_inputs():
     (lambda q: ab.attention(q, q, q, impl="tiled"), NotImplementedError, "chapter 8"),
     (lambda q: ab.flash_attention_fp32(q, q, q), NotImplementedError, "chapter 8"),
     (lambda q: ab.flash_attention_tc(q, q, q.bfloat16()), TypeError, "one dtype"),
-    (lambda q: ab.flash_attention_tc(*[torch.zeros(1, 1, 4, 192).half()] * 3),
-     ValueError, "head_dim 192"),
+    (lambda q: ab.flash_attention_tc(*[q.new_zeros(1, 1, 4, 192)] * 3), ValueError,
+     "head_dim 192"),
     (lambda q: ab.flash_attention_tc(q, q, q, step=6), ValueError, "step must be"),
     (lambda q: ab.flash_attention_tc(q, q, q, tiles=(32, 32)), ValueError,
      r"not compiled for step 5 at head_dim 128"),
     (lambda q: ab.flash_attention_tc(q, q, q, step=2, tiles=(64, 64)), ValueError,
      "not compiled for step 2"),
 ])
-def test_bad_input_is_a_clear_error(call, err, match):
+def test_bad_input_is_a_clear_error(call, err, match, device):
     with pytest.raises(err, match=match):
-        call(torch.zeros(1, 2, 4, 128).half())
+        call(torch.zeros(1, 2, 4, 128, device=device).half())
 
 
 @pytest.mark.parametrize("cap,dtype,tiles,match", [
@@ -252,9 +257,9 @@ def test_gpu_limits_are_checked_before_a_launch(monkeypatch, cap, dtype, tiles, 
         flash_tc._check_device(dtype, torch.device("cuda", 0), 5, 128, tiles)
 
 
-def test_registered_op_under_compile_and_meta():
+def test_registered_op_under_compile_and_meta(device):
     torch._dynamo.reset()
-    q, k, v = inputs((1, 4, 2, 33, 40, 64), torch.float16, seed=4)
+    q, k, v = inputs((1, 4, 2, 33, 40, 64), torch.float16, device, seed=4)
 
     def f(q, k, v):
         return ab.attention(q * 2, k, v, is_causal=True).float().relu()

@@ -18,43 +18,47 @@ SHAPES = [(1, 1, 1, 1), (2, 17, 33, 7), (1, 64, 64, 16), (3, 70, 65, 40),
 @pytest.mark.parametrize("step,shape,transpose_b,order",
                          list(itertools.product(ab.GEMM_STEPS, SHAPES, [False, True],
                                                 ORDERS)))
-def test_gemm_matches_matmul(step, shape, transpose_b, order):
+def test_gemm_matches_matmul(step, shape, transpose_b, order, device):
     batch, m, n, k = shape
     g = torch.Generator().manual_seed(step)
-    a = torch.randn(batch, m, k, generator=g)
-    b = torch.randn(batch, *((n, k) if transpose_b else (k, n)), generator=g)
+    a = torch.randn(batch, m, k, generator=g).to(device)
+    b = torch.randn(batch, *((n, k) if transpose_b else (k, n)), generator=g).to(device)
     with ab.thread_order(*order):
         c = ab.gemm(a, b, transpose_b=transpose_b, step=step)
     want = a.double() @ (b.double().mT if transpose_b else b.double())
     torch.testing.assert_close(c.double(), want, rtol=1e-5, atol=1e-5)
 
 
-def test_unbatched_and_misaligned_operands():
+def test_unbatched_and_misaligned_operands(device):
     g = torch.Generator().manual_seed(3)
-    a, b = (torch.randn(65, 20, generator=g),
-            torch.randn(1 + 20 * 36, generator=g)[1:].view(20, 36))
+    a, b = (torch.randn(65, 20, generator=g).to(device),
+            torch.randn(1 + 20 * 36, generator=g).to(device)[1:].view(20, 36))
     # float4 loads would be illegal: step 4 falls back
     assert b.data_ptr() % 16 != 0
     torch.testing.assert_close(ab.gemm(a, b, step=4).double(), a.double() @ b.double(),
                                rtol=1e-5, atol=1e-5)
 
 
+def ones(*shape, dtype=torch.float32):
+    """An operand of ones of that shape and dtype, built on the device it is given."""
+    return lambda device: torch.ones(*shape, dtype=dtype, device=device)
+
+
 @pytest.mark.parametrize("a,b,kwargs,err,match", [
-    (torch.ones(2, 3), torch.ones(4, 5), {}, ValueError, "inner dimensions"),
-    (torch.ones(2, 3), torch.ones(5, 4), dict(transpose_b=True), ValueError,
-     "inner dimensions"),
-    (torch.ones(2, 3, dtype=torch.float16), torch.ones(3, 2), {}, TypeError, "float32"),
-    (torch.ones(2, 2, 3), torch.ones(3, 3, 2), {}, ValueError, "same batch"),
-    (torch.ones(2, 3), torch.ones(3, 2), dict(step=5), ValueError, "step must be"),
-    (torch.ones(3), torch.ones(3), {}, ValueError, r"\[M, K\]"),
+    (ones(2, 3), ones(4, 5), {}, ValueError, "inner dimensions"),
+    (ones(2, 3), ones(5, 4), dict(transpose_b=True), ValueError, "inner dimensions"),
+    (ones(2, 3, dtype=torch.float16), ones(3, 2), {}, TypeError, "float32"),
+    (ones(2, 2, 3), ones(3, 3, 2), {}, ValueError, "same batch"),
+    (ones(2, 3), ones(3, 2), dict(step=5), ValueError, "step must be"),
+    (ones(3), ones(3), {}, ValueError, r"\[M, K\]"),
 ])
-def test_bad_inputs(a, b, kwargs, err, match):
+def test_bad_inputs(a, b, kwargs, err, match, device):
     with pytest.raises(err, match=match):
-        ab.gemm(a, b, **kwargs)
+        ab.gemm(a(device), b(device), **kwargs)
 
 
-def test_non_contiguous_operands_are_copied():
-    a, b = torch.randn(3, 2).t(), torch.randn(5, 6)[:, ::2].t()
+def test_non_contiguous_operands_are_copied(device):
+    a, b = torch.randn(3, 2).to(device).t(), torch.randn(5, 6).to(device)[:, ::2].t()
     for step in ab.GEMM_STEPS:
         torch.testing.assert_close(ab.gemm(a, b, step=step), a @ b, rtol=1e-5,
                                    atol=1e-6)

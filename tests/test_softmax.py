@@ -13,13 +13,13 @@ ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 5)]
 SHAPES = [(1, 1), (3, 17), (6, 33), (2, 700), (9, 256)]
 
 
-def rows(shape, seed=0, magnitude=10.0):
+def rows(shape, device, seed=0, magnitude=10.0):
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * magnitude
     if shape[0] > 1:
         x[1] = float("-inf")                 # a fully masked row
     if shape[0] > 2 and shape[1] > 1:
         x[2, ::2] = float("-inf")            # a partly masked row
-    return x
+    return x.to(device)
 
 
 def expected(x):
@@ -28,22 +28,24 @@ def expected(x):
 
 @pytest.mark.parametrize("kernel,shape,order",
                          list(itertools.product(ab.SOFTMAX_KERNELS, SHAPES, ORDERS)))
-def test_kernel_matches_softmax(kernel, shape, order):
-    x = rows(shape)
+def test_kernel_matches_softmax(kernel, shape, order, device):
+    x = rows(shape, device)
     with ab.thread_order(*order):
         y = ab.softmax(x, kernel)
     torch.testing.assert_close(y.double(), expected(x), rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("kernel", ab.SOFTMAX_KERNELS)
-def test_large_magnitudes_and_batched_shapes(kernel):
+def test_large_magnitudes_and_batched_shapes(kernel, device):
     # exp would overflow
-    x = torch.randn(2, 3, 50, generator=torch.Generator().manual_seed(1)) * 1e4
+    x = (torch.randn(2, 3, 50, generator=torch.Generator().manual_seed(1)) * 1e4
+         ).to(device)
     y = ab.softmax(x, kernel)
     assert torch.isfinite(y).all()
     torch.testing.assert_close(y.double(), expected(x), rtol=1e-5, atol=1e-7)
 
 
+# No device: the thread orders that show the race are the emulator's.
 def test_missing_barrier_would_be_caught():
     """The tree reduction's barriers matter: without the one after reading buf[0], the
     sum's first store overwrites the max before slower threads read it, and some order
@@ -64,7 +66,7 @@ at::Tensor run(at::Tensor x) {
 """
     broken = ab.compile("softmax_no_barrier", src.replace(cut, "") + launcher, wrapper,
                         ["run"], backend="emulator")
-    x = rows((4, 100))
+    x = rows((4, 100), "cpu")
     results = []
     for order in ORDERS:
         with ab.thread_order(*order):
@@ -74,10 +76,11 @@ at::Tensor run(at::Tensor x) {
 
 
 @pytest.mark.parametrize("x,kernel,err,match", [
-    (torch.ones(3, dtype=torch.float64), "online", TypeError, "float32"),
-    (torch.ones(3), "fastest", ValueError, "kernel must be one of"),
-    ([1.0, 2.0], "online", TypeError, "tensor"),
+    (lambda d: torch.ones(3, dtype=torch.float64, device=d), "online", TypeError,
+     "float32"),
+    (lambda d: torch.ones(3, device=d), "fastest", ValueError, "kernel must be one of"),
+    (lambda d: [1.0, 2.0], "online", TypeError, "tensor"),
 ])
-def test_bad_inputs(x, kernel, err, match):
+def test_bad_inputs(x, kernel, err, match, device):
     with pytest.raises(err, match=match):
-        ab.softmax(x, kernel)
+        ab.softmax(x(device), kernel)

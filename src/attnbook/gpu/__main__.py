@@ -18,8 +18,9 @@ def _parser():
     p = argparse.ArgumentParser(prog="python -m attnbook.gpu", description=DOC,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("stages", nargs="*", metavar="STAGE",
-                   help=f"stages to run, in their order: {', '.join(BY_NAME)} (default: "
-                   "every stage without a passing record in the run's summary.json)")
+                   help=f"stages to run, in their order: {', '.join(BY_NAME)} "
+                   "(default: every stage without a passing record in the run's "
+                   "summary.json)")
     p.add_argument("--out", type=pathlib.Path, default=ROOT / "build" / "gpu" / "run",
                    help="the run's folder (default: build/gpu/run)")
     p.add_argument("--within", type=float, metavar="SECONDS",

@@ -37,7 +37,8 @@ def _decode(device, paged):
     k, v = _randn(device, 2, 2, 1, 32, seed=5), _randn(device, 2, 2, 1, 32, seed=6)
     lengths = torch.tensor([37, 5], dtype=torch.int32, device=device)
     if not paged:
-        kc, vc = _randn(device, 2, 2, 48, 32, seed=7), _randn(device, 2, 2, 48, 32, seed=8)
+        kc = _randn(device, 2, 2, 48, 32, seed=7)
+        vc = _randn(device, 2, 2, 48, 32, seed=8)
         return ops.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lengths,
                                           num_splits=2)
     kc, vc = _randn(device, 7, 2, 8, 32, seed=7), _randn(device, 7, 2, 8, 32, seed=8)

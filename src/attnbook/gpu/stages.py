@@ -90,7 +90,7 @@ STAGES = (
           "parallel, into the shared extension cache", 150,
           ((PY, "-m", "attnbook.gpu", "--build", "{workers}"),)),
     Stage("tests", "the unit tests of every op and kernel on cuda, and the GPU-only "
-          "checks (-m 'cuda or gpu')", 180,
+          "checks (-m 'cuda or gpu'); the exercises' kernels each an nvcc build", 300,
           (PYTEST + ("-n", "{workers}", "-m", "cuda or gpu", "--junitxml",
                      "{out}/junit.xml", "tests/"),)),
     _bench("a", ("02", "03", "04", "05")),

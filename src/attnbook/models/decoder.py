@@ -149,7 +149,8 @@ class Decoder(torch.nn.Module):
         x = self.embed(tokens) + self.pos(positions)
         for layer, blk in enumerate(self.blocks):
             qkv = blk["qkv"](blk["norm1"](x)).view(b, s, -1, cfg.head_dim)
-            q, k, v = qkv.transpose(1, 2).split([cfg.heads, cfg.kv_heads, cfg.kv_heads], dim=1)
+            q, k, v = qkv.transpose(1, 2).split(
+                [cfg.heads, cfg.kv_heads, cfg.kv_heads], dim=1)
             a = attend(layer, q, k, v)
             x = x + blk["out"](a.transpose(1, 2).reshape(b, s, -1))
             x = x + blk["mlp"](blk["norm2"](x))
