@@ -2,11 +2,12 @@
 the plan of ten-minute commands, the check stage's refusal, and Nsight Compute's
 comparison with the emulator on the emulator's side."""
 import json
-import pathlib
+import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
 import attnbook as ab
 from attnbook.gpu import ncu
@@ -99,3 +100,22 @@ def test_without_ncu_the_emulator_side_is_written(tmp_path, monkeypatch):
     assert row["global load requests"]["emulator"] > 0
     assert row["global store sectors"]["emulator"] > 0
     assert "| global load sectors |" in (tmp_path / "compare.md").read_text()
+
+
+def _collect(env, *args):
+    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                           "-p", "no:xdist", "tests/test_softmax.py", *args],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, **env))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without one")
+def test_tests_over_devices_take_the_cpu_and_refuse_a_missing_gpu():
+    ids = _collect({}).stdout.split("\n")
+    kernel_tests = [i for i in ids if "test_kernel_matches_softmax[" in i]
+    assert kernel_tests and all("cpu" in i.split("[")[1] for i in kernel_tests)
+    assert "no tests collected (" in _collect({}, "-m", "cuda").stdout   # no GPU half
+    refused = _collect({"ATTNBOOK_TEST_DEVICES": "cuda"})
+    assert refused.returncode != 0
+    assert ("ATTNBOOK_TEST_DEVICES names 'cuda', but torch sees no CUDA device here"
+            in refused.stdout + refused.stderr)
