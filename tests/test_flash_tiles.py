@@ -1,4 +1,5 @@
-"""Chapter 6's tile-by-tile FlashAttention-2 against the float64 reference."""
+"""Chapter 6's tile-by-tile FlashAttention-2 against the float64 reference. Pure
+PyTorch, no kernel: on the CPU only."""
 import itertools
 import math
 
@@ -16,8 +17,8 @@ TILES = [(1, 1), (4, 3), (16, 16), (7, 64)]
 @pytest.mark.parametrize("shape,kind,tiles",
                          list(itertools.product(SHAPES, ab.masks.MASK_KINDS, TILES)))
 def test_tiles_match_reference(shape, kind, tiles):
-    q, k, v = (t.double() for t in inputs(shape))
-    _, ref = mask_options(kind, shape)
+    q, k, v = (t.double() for t in inputs(shape, "cpu"))
+    _, ref = mask_options(kind, shape, "cpu")
     o, lse = flash_attention_tiles(q, k, v, block_q=tiles[0], block_k=tiles[1], **ref)
     want_o, want_lse = ab.attention_reference(q, k, v, float64=True, return_lse=True,
                                               **ref)
@@ -27,7 +28,7 @@ def test_tiles_match_reference(shape, kind, tiles):
 
 def test_large_scores_and_empty_rows():
     # scores ~ ±1e4 in float32
-    q, k, v = inputs((1, 2, 2, 20, 6, 16), seed=2, magnitude=30.0)
+    q, k, v = inputs((1, 2, 2, 20, 6, 16), "cpu", seed=2, magnitude=30.0)
     o, lse = flash_attention_tiles(q, k, v, causal=True, block_q=4, block_k=4)
     want = ab.attention_reference(q, k, v, causal=True, float64=True)
     assert (torch.isfinite(o).all() and (o[:, :, :14] == 0).all()
@@ -49,7 +50,7 @@ def test_paper_typo_is_wrong_and_the_fix_is_right():
 
 
 def test_trace_records_every_tile_and_skips_masked_ones():
-    q, k, v = inputs((1, 1, 1, 10, 10, 8))
+    q, k, v = inputs((1, 1, 1, 10, 10, 8), "cpu")
     trace = []
     o, _ = flash_attention_tiles(q, k, v, causal=True, block_q=4, block_k=4,
                                  trace=trace)
