@@ -128,6 +128,9 @@ def unchanged(q, k, v):
     (unchanged, dict(stride=0), ValueError, "stride"),
     (unchanged, dict(window=True), ValueError, "window"),
     (unchanged, dict(impl="magic"), ValueError, "impl"),
+    # every output NaN where the float64 reference is finite: refused
+    (unchanged, dict(scale=1e300), ValueError, "scale=1e.300 is not a finite float32"),
+    (unchanged, dict(scale=float("nan")), ValueError, "not a finite float32"),
     (unchanged, dict(impl="flash"), ValueError, "head_dim"),
     (lambda q, k, v: ("q", k, v), {}, TypeError, "q must be a tensor"),
 ])

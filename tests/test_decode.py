@@ -406,6 +406,7 @@ def _bad_cases(device):
     yield "num_splits bool", with_(num_splits=True), ValueError, "num_splits"
     yield "causal", with_(causal=1), TypeError, "causal must be a bool"
     yield "scale", with_(scale="x"), TypeError, "scale must be a number"
+    yield "scale 1e300", with_(scale=1e300), ValueError, "not a finite float32"
 
 
 BAD = [case[0] for case in _bad_cases("cpu")]   # the names; each test builds its own

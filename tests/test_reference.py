@@ -133,6 +133,21 @@ def test_bad_options_raise(bad, err):
         ab.attention_reference(q, k, v, **bad)
 
 
+def test_head_dim_zero_gives_an_empty_result_as_sdpa():
+    q, k, v = qkv(2, 2, 2, 4, 6, 0)
+    out, lse = ab.attention_reference(q, k, v, return_lse=True)
+    assert out.shape == F.scaled_dot_product_attention(q, k, v).shape == (2, 2, 4, 0)
+    torch.testing.assert_close(lse, torch.full((2, 2, 4), math.log(6.0)))
+
+
+def test_a_scale_beyond_float32_is_computed_in_float64():
+    """The kernels refuse scale=1e300 (not a float32); the float64 yardstick computes
+    it: (q · 1e-300) kᵀ · 1e300 is q kᵀ."""
+    q, k, v = (t.double() for t in qkv(1, 1, 1, 3, 5, 8))
+    torch.testing.assert_close(ab.attention_reference(q * 1e-300, k, v, scale=1e300),
+                               ab.attention_reference(q, k, v, scale=1.0))
+
+
 def test_bad_shapes_raise():
     q, k, v = qkv(2, 2, 2, 4, 6, 8)
     with pytest.raises(ValueError):

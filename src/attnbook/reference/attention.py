@@ -11,12 +11,11 @@ empty sum's weighted average as 0, as FlashAttention does.)
 """
 from __future__ import annotations
 
-import math
 
 import torch
 
 from . import masks
-from .checks import check_reference_args
+from .checks import check_reference_args, softmax_scale
 
 __all__ = ["attention_reference", "expand_kv"]
 
@@ -45,7 +44,7 @@ def attention_reference(q, k, v, *, scale=None, causal=False, attn_mask=None,
     sk = k.shape[2]
     dtype = torch.float64 if float64 else q.dtype
     work = torch.float64 if float64 else torch.promote_types(q.dtype, torch.float32)
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    scale = softmax_scale(scale, d, float32=False)
 
     qf, kf, vf = (t.to(work) for t in (q, expand_kv(k, h), expand_kv(v, h)))
     s = (qf @ kf.transpose(-1, -2)) * scale

@@ -125,6 +125,20 @@ def _check_shapes(q, k, v) -> None:
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
+def softmax_scale(scale, d: int, *, float32: bool = True) -> float:
+    """The factor of q·kᵀ: ``scale``, by default 1/√d (1 when d = 0: the output is empty
+    then). With ``float32``, the dtype the kernels multiply in, it must be finite there:
+    1e300 would become inf and every output NaN."""
+    if scale is None:
+        return 1.0 / math.sqrt(d) if d else 1.0
+    scale = float(scale)
+    if float32 and not (math.isfinite(scale)
+                        and abs(scale) <= torch.finfo(torch.float32).max):
+        raise ValueError(f"scale={scale!r} is not a finite float32, the dtype the "
+                         "kernels compute q·kᵀ·scale in")
+    return scale
+
+
 def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                    *, stride=None, window=None, key_lengths=None,
                    dtypes=(torch.float32,)) -> AttentionArgs:
@@ -188,10 +202,9 @@ def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     # max(Sq, Sk) apart: larger values mean the same and are reduced to fit in 32 bits.
     stride = 0 if stride is None else min(stride, max(sk, 1))
     window = 0 if window is None else min(window, max(sq, sk) + 1)
-    if scale is None:
-        scale = 1.0 / math.sqrt(d) if d else 1.0   # d = 0: the output is empty anyway
-    return AttentionArgs(q4, k4, v4, bias, lengths, is_causal, stride, window,
-                         float(scale), out_shape)
+    scale = softmax_scale(scale, d, float32=torch.float64 not in dtypes)
+    return AttentionArgs(q4, k4, v4, bias, lengths, is_causal, stride, window, scale,
+                         out_shape)
 
 
 def check_reference_args(q, k, v, *, scale=None, causal=False, attn_mask=None,

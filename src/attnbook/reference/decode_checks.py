@@ -10,13 +10,13 @@ is.
 """
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 
 import torch
 
-from .checks import INT32_MAX, check_positive_int, check_same_device, check_tensor
+from .checks import (INT32_MAX, check_positive_int, check_same_device, check_tensor,
+                     softmax_scale)
 
 __all__ = ["KVCacheArgs", "kvcache_args", "MAX_SPLITS", "ROWS_PER_BLOCK"]
 
@@ -187,13 +187,12 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
         table = block_table.to(torch.int32)
     seqlens32 = cache_seqlens.to(torch.int32).contiguous() if q.device.type == "meta" \
         else torch.tensor(lengths, dtype=torch.int32).to(q.device)
-    if scale is None:
-        scale = 1.0 / math.sqrt(d) if d else 1.0
+    scale = softmax_scale(scale, d)
     q4 = q if q.stride(-1) == 1 or d <= 1 else q.contiguous()
     if k is not None:
         k, v = (t if t.stride(-1) == 1 or d <= 1 else t.contiguous() for t in (k, v))
     return KVCacheArgs(q4, k_cache, v_cache, k, v, seqlens32, table, lengths, new_keys,
-                       capacity, block_size, causal, float(scale), num_splits)
+                       capacity, block_size, causal, scale, num_splits)
 
 
 def _check_pages(block_table, lengths, new_keys, block_size, num_pages):
