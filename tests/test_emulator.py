@@ -2,6 +2,7 @@
 ISA's fragment layouts, and kernels with planted bugs that it must catch."""
 import math
 import pathlib
+import time
 
 import pytest
 import torch
@@ -221,9 +222,42 @@ def test_bad_thread_order_is_rejected():
             pass
 
 
-def test_invalid_launch_configuration(ext):
-    with pytest.raises(RuntimeError, match="invalid block"):
-        run(ext, "block_sum", [torch.zeros(1), torch.zeros(1)], block=2048, args=[1])
+LIMITS = r"""
+__global__ void mark(float* out) {
+  if (threadIdx.x + blockIdx.x + blockIdx.y + blockIdx.z == 0) out[0] += 1.0f;
+}
+void launch_mark(float* out, long long gx, long long gy, long long gz, long long bx,
+                 long long bz) {
+  mark<<<dim3(unsigned(gx), unsigned(gy), unsigned(gz)), dim3(unsigned(bx), 1,
+                                                               unsigned(bz))>>>(out);
+}
+"""
+LIMITS_WRAPPER = r"""
+void launch_mark(float*, long long, long long, long long, long long, long long);
+void run_mark(at::Tensor out, int64_t gx, int64_t gy, int64_t gz, int64_t bx,
+              int64_t bz) {
+  launch_mark(out.data_ptr<float>(), gx, gy, gz, bx, bz);
+}
+"""
+
+
+@pytest.mark.parametrize("grid,block", [
+    ((2**31, 1, 1), (32, 1)),      # once a hang: x is at most 2^31 - 1
+    ((0, 1, 1), (32, 1)), ((1, 65536, 1), (32, 1)), ((1, 1, 65536), (32, 1)),
+    ((1, 1, 1), (1025, 1)), ((1, 1, 1), (1, 65)), ((1, 1, 1), (0, 1)),
+])
+def test_launch_limits_are_cudas_and_refused_before_any_thread_runs(grid, block):
+    ext = ab.compile("launch_limits", LIMITS, LIMITS_WRAPPER, ["run_mark"],
+                     backend="emulator")
+    out = torch.zeros(1)
+    start = time.monotonic()
+    with ab.time_budget(30), pytest.raises(
+            RuntimeError, match=r"kernel 'mark': invalid configuration argument: "
+                                + ("grid" if block == (32, 1) else "block")):
+        ext.run_mark(out, *grid, *block)
+    assert time.monotonic() - start < 2 and out.item() == 0
+    ext.run_mark(out, 3, 2, 1, 64, 1)      # the process goes on
+    assert out.item() == 1
 
 
 # ---- tensor cores against the PTX ISA's fragment tables ------------------------------

@@ -1112,16 +1112,21 @@ struct Launch {
            size_t params_bytes) {
     char buf[256];
     long n = long(block.x) * block.y * block.z;
+    // CUDA's limits, checked before any thread runs; CUDA reports both as
+    // cudaErrorInvalidConfiguration, "invalid configuration argument".
     if (n < 1 || n > kMaxThreads || block.z > 64) {
       std::snprintf(buf, sizeof buf,
-                    "kernel '%s': invalid block (%u,%u,%u): at most %d threads, "
-                    "z <= 64",
+                    "kernel '%s': invalid configuration argument: block (%u,%u,%u) "
+                    "must have 1 to %d threads, z <= 64",
                     name, block.x, block.y, block.z, kMaxThreads);
       throw KernelError(buf);
     }
-    if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.y > 65535 || grid.z > 65535) {
-      std::snprintf(buf, sizeof buf, "kernel '%s': invalid grid (%u,%u,%u)", name,
-                    grid.x, grid.y, grid.z);
+    if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > 2147483647u ||
+        grid.y > 65535 || grid.z > 65535) {
+      std::snprintf(buf, sizeof buf,
+                    "kernel '%s': invalid configuration argument: grid (%u,%u,%u) "
+                    "must be x in [1, 2^31 - 1], y and z in [1, 65535]",
+                    name, grid.x, grid.y, grid.z);
       throw KernelError(buf);
     }
     size_t limit = dynamic_smem_limit(reinterpret_cast<const void*>(kernel));
