@@ -11,7 +11,6 @@ empty sum's weighted average as 0, as FlashAttention does.)
 """
 from __future__ import annotations
 
-
 import torch
 
 from . import masks

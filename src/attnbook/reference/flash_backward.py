@@ -13,12 +13,13 @@ query tiles i, as in the paper. Grouped heads: the dK, dV of a key/value head ar
 sums over the query heads that share it."""
 from __future__ import annotations
 
+import math
 
 import torch
 
 from . import masks
 from .attention import expand_kv
-from .checks import check_positive_int, check_reference_args, softmax_scale
+from .checks import check_positive_int, check_reference_args
 from .flash_tiles import flash_attention_tiles
 
 __all__ = ["flash_backward_tiles", "FlashAttentionTiles", "attention_tiles_autograd"]
@@ -45,7 +46,7 @@ def flash_backward_tiles(q, k, v, o, lse, do, *, block_q=16, block_k=16, scale=N
     b, h, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     ke, ve = expand_kv(k, h), expand_kv(v, h)
-    scale = softmax_scale(scale, d, float32=False)
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
     rules = dict(attn_mask=attn_mask, causal=causal, stride=stride, window=window,
                  key_lengths=key_lengths, dtype=q.dtype, device=q.device)
     # D_i = Σ_d dO_id O_id = Σ_j P_ij dP_ij; a gradient of L adds P_ij · dL_i to dS_ij.

@@ -14,7 +14,7 @@ import torch
 
 from . import masks
 from .attention import expand_kv
-from .checks import check_positive_int, check_reference_args, softmax_scale
+from .checks import check_positive_int, check_reference_args
 
 __all__ = ["flash_attention_tiles"]
 
@@ -38,7 +38,7 @@ def flash_attention_tiles(q, k, v, *, block_q=16, block_k=16, scale=None, causal
     b, h, sq, d = q.shape
     sk = k.shape[2]
     k, v = expand_kv(k, h), expand_kv(v, h)
-    scale = softmax_scale(scale, d, float32=False)
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
     rules = dict(attn_mask=attn_mask, causal=causal, stride=stride, window=window,
                  key_lengths=key_lengths, dtype=q.dtype, device=q.device)
     o = torch.zeros_like(q)
