@@ -37,7 +37,8 @@ SITE = ROOT / "build" / "gpu" / "site"
 EXTENSIONS_DIR = ROOT / "build" / "gpu" / "torch_extensions"
 COMMAND_LIMIT_S = 600   # one command on the machines the project is lent
 
-__all__ = ["Stage", "STAGES", "environment", "plan", "run_stage", "COMMAND_LIMIT_S"]
+__all__ = ["Stage", "STAGES", "COMMAND_LIMIT_S", "plan", "commands_of", "child_env",
+           "run_stage", "environment", "build"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +93,8 @@ STAGES = (
     Stage("tests", "the unit tests of every op and kernel on cuda, and the GPU-only "
           "checks (-m 'cuda or gpu'); the exercises' kernels each an nvcc build", 300,
           (PYTEST + ("-n", "{workers}", "-m", "cuda or gpu", "--junitxml",
-                     "{out}/junit.xml", "tests/"),)),
+                     "{out}/junit.xml", "tests/"),),
+          env=(("ATTNBOOK_TEST_DEVICES", "cuda"),)),   # collect the cuda half only
     _bench("a", ("02", "03", "04", "05")),
     _bench("b", ("07", "08", "09", "10", "11")),
     _notebooks("a", "chapters 1-6 and the appendices", NOTEBOOKS_A, 240),
@@ -135,8 +137,7 @@ def child_env(out: pathlib.Path) -> dict:
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env.update(PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1",
-               ATTNBOOK_RESULTS=str(out / "results"),
-               ATTNBOOK_TEST_DEVICES=env.get("ATTNBOOK_TEST_DEVICES", "cuda"))
+               ATTNBOOK_RESULTS=str(out / "results"))
     env.setdefault("TORCH_EXTENSIONS_DIR", str(EXTENSIONS_DIR))
     return env
 
