@@ -5,8 +5,8 @@ the machine."""
 from .compile import (CompileError, INCLUDE_DIR, KERNEL_DIR, compile, default_backend,
                       kernel_source, package_module)
 from .extension import load_extension
-from .emulator import (KernelInterrupted, KernelTimeout, thread_order, time_budget,
-                       workers)
+from .emulator import (KernelFault, KernelInterrupted, KernelTimeout, thread_order,
+                       time_budget, workers)
 from .machine import describe_machine, has_gpu
 from .occupancy import occupancy
 from .ptxas import find_nvcc, ptxas_report

@@ -60,14 +60,21 @@ INCLUDE_DIR = TOOLCHAIN_DIR / "include"
 EMULATOR_DIR = INCLUDE_DIR / "emulator"
 BACKENDS = ("cuda", "emulator")
 # Hidden visibility: each extension keeps its own emulator state (inline statics would
-# otherwise be merged across every loaded extension as GNU unique symbols).
-CPU_FLAGS = ["-O2", "-fno-strict-aliasing", "-fvisibility=hidden",
+# otherwise be merged across every loaded extension as GNU unique symbols). -g1: line
+# tables, to name the line of a fault (and of each access in the checked build).
+# Stack-clash protection: a frame larger than the guard below a thread's stack touches
+# each page on its way down, so it faults in the guard (a stack overflow) instead of
+# writing into another thread's stack. A frame over 512 KiB is an error, as ptxas
+# refuses a thread more local memory than that.
+MAX_LOCAL_BYTES = 512 * 1024
+CPU_FLAGS = ["-O2", "-fno-strict-aliasing", "-fvisibility=hidden", "-g1",
+             "-fstack-clash-protection", f"-Werror=frame-larger-than={MAX_LOCAL_BYTES}",
              "-DATTNBOOK_EMULATOR"]
 # The checked build (attnbook.sanitize, attnbook.profile): GCC calls __tsan_read4(addr)
 # etc. before every access, which include/emulator/emu_checked.h defines (no
-# ThreadSanitizer runtime is linked); -g1: line tables, to name each access's line.
+# ThreadSanitizer runtime is linked).
 CHECKED_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0",
-                 "-g1", "-DATTNBOOK_CHECKED"]
+                 "-DATTNBOOK_CHECKED"]
 CHECKED_FUNCTIONS = ["attnbook_checked_begin", "attnbook_checked_end"]
 
 
@@ -152,6 +159,10 @@ def _build_failure(log: str, cuda: str, wrapper: str, src_name: str, functions) 
         return "\n".join(f"functions lists {fn!r}, but neither the wrapper nor the "
                          "kernel text defines a function of that name"
                          for fn in missing)
+    if "frame-larger-than" in short:
+        short += (f"\na GPU thread has at most {MAX_LOCAL_BYTES // 1024} KiB of local "
+                  "memory (ptxas: 'too much local data'): make the local arrays "
+                  "smaller, or keep the data in global memory")
     return short
 
 

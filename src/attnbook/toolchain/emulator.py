@@ -37,6 +37,12 @@ loop spending nearly all its time in ``printf`` to a file may take many seconds)
 An empty loop on a value that cannot change (``while (flag == 0) {}`` on a plain,
 non-``volatile`` variable) is removed by the C++ compiler, which may assume loops end.
 
+A thread that faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL: an access to unmapped memory,
+dynamic shared memory past the bytes the launch gave, a stack overflow, an integer
+division by zero) raises :class:`KernelFault` with the kernel, block, thread, address
+and ``file:line``, and the next launch works (x86-64 Linux). While a kernel runs, the
+GIL is released, so Python's other threads run (a timer's SIGINT, Jupyter's output).
+
 Inside :func:`attnbook.sanitize` (memcheck, racecheck) and :func:`attnbook.profile`,
 launches run a checked build of the same text instead (see
 :mod:`attnbook.toolchain.sanitizer`).
@@ -51,7 +57,8 @@ import re
 from . import sanitizer
 
 __all__ = ["to_cpp", "inline_headers", "thread_order", "workers", "ORDERS",
-           "time_budget", "KernelTimeout", "KernelInterrupted", "guard_module"]
+           "time_budget", "KernelTimeout", "KernelInterrupted", "KernelFault",
+           "guard_module"]
 
 ORDERS = ("forward", "reverse", "shuffle")
 _ENV = "ATTNBOOK_THREAD_ORDER"
@@ -108,12 +115,22 @@ class KernelInterrupted(KernelTimeout, KeyboardInterrupt):
     """A launch was interrupted (SIGINT); caught by ``except KeyboardInterrupt`` too."""
 
 
-# The emulator's messages for a stopped launch (emu_runtime.h, cancelled_message).
+class KernelFault(RuntimeError):
+    """A thread of a launch faulted: an illegal memory access, a stack overflow, an
+    out-of-bounds dynamic shared memory access, a division by zero. The message names
+    the kernel, block and thread, the address and the source line; the process goes
+    on, as after a CUDA error."""
+
+
+# The emulator's messages for a stopped launch (emu_runtime.h, cancelled_message) and
+# for a fault (fault_message).
 _STOPPED = ((re.compile(r"kernel '[^']*' was interrupted after"), KernelInterrupted),
-            (re.compile(r"kernel '[^']*' ran past its time budget"), KernelTimeout))
+            (re.compile(r"kernel '[^']*' ran past its time budget"), KernelTimeout),
+            (re.compile(r"kernel '[^']*', block \(.*\((SIGSEGV|SIGBUS|SIGFPE|SIGILL)"
+                        r"\b"), KernelFault))
 
 
-def _guarded(fn, twin):
+def _guarded(fn, twin, path):
     def call(*args, **kwargs):
         mode = sanitizer.mode() if twin is not None else 0
         if mode:
@@ -123,7 +140,7 @@ def _guarded(fn, twin):
         except RuntimeError as e:
             for pattern, cls in _STOPPED:
                 if type(e) is RuntimeError and pattern.match(str(e)):
-                    raise cls(str(e)) from None
+                    raise cls(sanitizer.resolve(str(e), path)[0]) from None
             raise
     call.__wrapped__ = fn
     call.__name__ = getattr(fn, "__name__", "kernel")
@@ -133,14 +150,15 @@ def _guarded(fn, twin):
 
 def guard_module(module, functions, twin=None):
     """Make ``functions`` of an emulator extension raise :class:`KernelTimeout` or
-    :class:`KernelInterrupted` for a stopped launch (pybind11 raises RuntimeError), and,
+    :class:`KernelInterrupted` for a stopped launch and :class:`KernelFault` for a
+    faulting thread (pybind11 raises RuntimeError), and,
     given ``twin`` (a callable returning the checked build), run the checked build's
     function of the same name inside :func:`attnbook.sanitize` or
     :func:`attnbook.profile`."""
     for name in functions:
         fn = getattr(module, name, None)
         if fn is not None and not hasattr(fn, "__wrapped__"):
-            setattr(module, name, _guarded(fn, twin))
+            setattr(module, name, _guarded(fn, twin, module.__file__))
     return module
 
 

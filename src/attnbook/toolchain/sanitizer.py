@@ -202,7 +202,7 @@ def _source_lines(path: str, offsets) -> dict[int, str]:
     return {o: _lines[path, o] for o in offsets}
 
 
-def _resolve(message: str, path: str) -> tuple[str, list[str]]:
+def resolve(message: str, path: str) -> tuple[str, list[str]]:
     """``message`` with each ``@pc(0x...)`` replaced by its file:line."""
     pcs = [int(m, 16) for m in re.findall(r"@pc\((0x[0-9a-f]+)\)", message)]
     names = _source_lines(path, pcs)
@@ -220,9 +220,9 @@ def run_checked(module, name: str, checks: int, args, kwargs):
     except RuntimeError as e:
         text = str(e)
         if "memcheck: " in text:
-            raise MemcheckError(_resolve(text, path)[0]) from None
+            raise MemcheckError(resolve(text, path)[0]) from None
         if "racecheck: " in text:
-            raise RaceError(*_resolve(text, path)) from None
+            raise RaceError(*resolve(text, path)) from None
         raise
     finally:
         launches, names, counts = module.attnbook_checked_end()

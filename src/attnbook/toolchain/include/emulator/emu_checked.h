@@ -103,15 +103,6 @@ struct AllocationReporter : c10::MemoryReportingInfoBase {
   bool memoryProfilingEnabled() const override { return true; }
 };
 
-// Each worker's arena, by the arena's number: who is running kernel code is found from
-// the stack pointer, as rt() does, without a thread_local (a call per access).
-constexpr int kArenaTable = 4096;
-inline Runtime* arenas[kArenaTable];
-ATTNBOOK_UNCHECKED inline void on_new_worker(Runtime& r) {
-  auto a = reinterpret_cast<uintptr_t>(&r);
-  __atomic_store_n(&arenas[(a / kArenaBytes) % kArenaTable], &r, __ATOMIC_RELEASE);
-}
-
 }  // namespace attnbook_emu
 
 // The profile's state and counting, which CheckState holds.
@@ -412,11 +403,8 @@ ATTNBOOK_UNCHECKED inline void on_block_end(Runtime& r) {
 
 // The running fiber's Runtime if kernel code runs on this OS thread, else nullptr.
 ATTNBOOK_HOT inline Runtime* kernel_runtime(uintptr_t sp) {
-  uintptr_t base = sp & ~uintptr_t(kArenaBytes - 1);
-  Runtime* r = __atomic_load_n(&arenas[(base / kArenaBytes) % kArenaTable],
-                               __ATOMIC_RELAXED);
-  return reinterpret_cast<uintptr_t>(r) == base && r->in_kernel && r->check ? r
-                                                                             : nullptr;
+  Runtime* r = arena_of(sp);
+  return r && r->in_kernel && r->check ? r : nullptr;
 }
 
 // An error path of kernel code (assert, __trap): what follows is the emulator's.
@@ -491,7 +479,7 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(
   auto base = reinterpret_cast<uintptr_t>(&r);
   c.ok_len = 0;
   if (a >= base && a < base + kArenaBytes) {
-    if (a >= c.dyn && a < c.dyn + kMaxDynamicSmem) {
+    if (a >= c.dyn && a < c.dyn + kDynamicSmemBytes) {
       if (a + n > c.dyn + c.smem && check)
         bad_access(r, c, kDynamicPastEnd, a, n, kind, pc);
       if (atomic) return;   // atomics never race

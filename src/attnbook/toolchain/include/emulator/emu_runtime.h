@@ -58,7 +58,14 @@ constexpr size_t kDefaultDynamicSmem = 48 * 1024;   // what a launch may use wit
                                                     // opting in
 constexpr size_t kMaxDynamicSmem = 227 * 1024;      // the most any current GPU grants
                                                     // (sm_90)
-constexpr size_t kStackBytes = 256 * 1024;
+constexpr size_t kPageBytes = 4096;
+constexpr size_t kDynamicSmemBytes =                // whole pages: the part a launch
+    (kMaxDynamicSmem + kPageBytes - 1) / kPageBytes * kPageBytes;   // lacks is unmapped
+// A thread's stack: room for the 512 KiB of local memory a GPU thread may have (ptxas
+// refuses more; so does the emulator's build, see compile.py), and for frames of the
+// emulator's own.
+constexpr size_t kMaxLocalBytes = 512 * 1024;
+constexpr size_t kStackBytes = kMaxLocalBytes + 64 * 1024;
 constexpr size_t kGuardBytes = 64 * 1024;           // printf's frame alone can jump
                                                     // a 4 KiB guard
 
@@ -172,7 +179,7 @@ struct Context {
 // lines of all fibers would share a few cache sets and evict each other at each switch.
 constexpr size_t kColorBytes = 64 * 1024;
 constexpr size_t kSlotBytes = kGuardBytes + kStackBytes + kColorBytes;
-constexpr size_t kArenaBytes = size_t(1) << 29;
+constexpr size_t kArenaBytes = size_t(1) << 30;
 
 // Address space for an arena, all PROT_NONE until committed.
 inline char* reserve_arena() {
@@ -309,14 +316,21 @@ struct Runtime {
   // hooks look at (emu_checked.h); unused otherwise.
   bool in_kernel = false;
   struct CheckState* check = nullptr;   // the checked build's per-worker state
-  // Dynamic shared memory: this worker's, reused by each block it runs.
-  alignas(128) unsigned char dynamic_smem[kMaxDynamicSmem];
+  // A fault of kernel code (on_fault), read once the fiber is abandoned.
+  struct Fault { int signo, code, thread; uintptr_t addr, pc; bool write; } fault{};
+  // Where on_fault runs: a fiber that overflowed its stack has none left.
+  alignas(16) char signal_stack[64 * 1024];
+  // Dynamic shared memory: this worker's, reused by each block it runs. Only the pages
+  // of the bytes the launch asked for are accessible (smem_open of them, whole pages),
+  // so that a kernel using more faults as on a GPU.
+  alignas(kPageBytes) unsigned char dynamic_smem[kDynamicSmemBytes];
+  size_t smem_open = kDynamicSmemBytes;
+  size_t smem_bytes = 0;   // what the launch asked for
   struct StaticShared { void* addr; size_t bytes; uint64_t epoch; };
   std::vector<StaticShared> static_smem;   // epoch: the block that last poisoned it
 };
 
 // The checked build's hooks (emu_checked.h); empty in a plain build.
-inline void on_new_worker(Runtime& r);
 inline void on_launch(const struct Job& job);
 inline void on_block_start(Runtime& r, const struct Job& job);
 inline void on_block_end(Runtime& r);
@@ -370,7 +384,22 @@ inline char* stack_top(Runtime& r, int fiber) {
   return slot(r, fiber) + kSlotBytes - size_t(fiber) * 1088 % kColorBytes;
 }
 
-// The calling OS thread's worker runtime, made on first use.
+// Each worker's arena, by the arena's number: whose fiber a stack pointer belongs to,
+// found without a thread_local (the checked build's hooks ask at every access, the
+// fault handler cannot use one). Lock-free, so a signal handler may read it.
+constexpr int kArenaTable = 4096;
+inline Runtime* arenas[kArenaTable];
+__attribute__((no_sanitize("thread"), always_inline)) inline Runtime* arena_of(
+    uintptr_t sp) {
+  uintptr_t base = sp & ~uintptr_t(kArenaBytes - 1);
+  Runtime* r = __atomic_load_n(&arenas[(base / kArenaBytes) % kArenaTable],
+                               __ATOMIC_ACQUIRE);
+  return reinterpret_cast<uintptr_t>(r) == base ? r : nullptr;
+}
+
+inline void use_signal_stack(Runtime& r);
+inline void install_fault_handlers();
+
 // This OS thread's Runtime, or nullptr (read by the hang guard's signal handler).
 inline Runtime*& worker_runtime() {
   static thread_local Runtime* r = nullptr;
@@ -383,7 +412,9 @@ inline Runtime& own_runtime() {
     char* a = reserve_arena();
     commit(a, kRuntimeSlots * kSlotBytes);
     r = new (a) Runtime();
-    on_new_worker(*r);
+    auto base = reinterpret_cast<uintptr_t>(a);
+    __atomic_store_n(&arenas[(base / kArenaBytes) % kArenaTable], r, __ATOMIC_RELEASE);
+    use_signal_stack(*r);
   }
   return *r;
 }
@@ -835,6 +866,7 @@ struct Watched {
       sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESTART;
       sigemptyset(&sa.sa_mask);
       sigaction(cancel_signal(), &sa, nullptr);
+      install_fault_handlers();
       std::thread(watchdog_main, &w).detach();
       w.started = true;
     }
@@ -881,6 +913,129 @@ inline std::string cancelled_message(Job& job) {
                 (unsigned long long)job.nblocks);
   msg += buf;
   if (!job.error.empty()) msg += "; " + job.error;
+  return msg;
+}
+
+// ---- faults -------------------------------------------------------------------------
+// A wild access, a stack overflow or a division by zero in kernel code raises
+// SIGSEGV, SIGBUS, SIGFPE or SIGILL on the worker running it; on a GPU it is a CUDA
+// error and the process goes on, so here too. The handler runs on the worker's own
+// signal stack (an overflowing fiber has no stack left) and asks which stack the
+// fault interrupted: a fiber stack in one of this extension's arenas means a thread of
+// one of its blocks, which is abandoned as the hang guard abandons one (its frames
+// never unwound), with what happened left in Runtime::fault for run_block to report.
+// Any other fault (the emulator's own scheduler, Python, another extension's workers)
+// goes on to the handler that was installed before, down to the default: a crash, as
+// without the emulator.
+// A fault inside a library call made by kernel code (memcpy, printf given a bad
+// pointer) is caught too; a lock that call held (stdout's) stays held.
+constexpr int kFaultSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+inline struct sigaction* previous_fault_actions() {
+  static struct sigaction old[4];
+  return old;
+}
+
+inline void use_signal_stack(Runtime& r) {
+  stack_t old;
+  if (sigaltstack(nullptr, &old) == 0 && !(old.ss_flags & SS_DISABLE)) return;
+  stack_t ss{};
+  ss.ss_sp = r.signal_stack;
+  ss.ss_size = sizeof r.signal_stack;
+  sigaltstack(&ss, nullptr);
+}
+
+// Uninstrumented in the checked build, like on_cancel_signal.
+__attribute__((no_sanitize("thread"))) inline void on_fault(int sig, siginfo_t* si,
+                                                           void* ucv) {
+#if defined(__x86_64__) && !defined(ATTNBOOK_EMU_USE_UCONTEXT)
+  auto* uc = static_cast<ucontext_t*>(ucv);
+  auto sp = uintptr_t(uc->uc_mcontext.gregs[REG_RSP]);
+  Runtime* r = arena_of(sp);
+  uintptr_t fibers = reinterpret_cast<uintptr_t>(r) + kRuntimeSlots * kSlotBytes;
+  if (r && r->cur && sp >= fibers) {
+    Thread* self = r->cur;
+    // The page fault's error code: bit 1 set for a write.
+    bool write = sig == SIGSEGV && (uc->uc_mcontext.gregs[REG_ERR] & 2);
+    r->fault = {sig, si->si_code, self->linear, uintptr_t(si->si_addr),
+                uintptr_t(uc->uc_mcontext.gregs[REG_RIP]), write};
+    r->cur = nullptr;
+    // SA_NODEFER: leaving the handler this way leaves the signal unblocked; the
+    // signal stack is free again once the stack pointer has left it.
+    Context::jump(self->ctx, r->scheduler);
+  }
+#endif
+  int i = 0;
+  while (kFaultSignals[i] != sig) ++i;
+  const struct sigaction& old = previous_fault_actions()[i];
+  if (old.sa_flags & SA_SIGINFO) {
+    old.sa_sigaction(sig, si, ucv);
+  } else if (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN) {
+    old.sa_handler(sig);
+  } else {   // the faulting instruction runs again, and kills the process
+    signal(sig, SIG_DFL);
+  }
+}
+
+inline void install_fault_handlers() {
+  struct sigaction sa {};
+  sa.sa_sigaction = &on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 4; ++i)
+    sigaction(kFaultSignals[i], &sa, &previous_fault_actions()[i]);
+}
+
+// What the fault of a block's thread was, for the exception: which thread, what it
+// did, where (@pc(offset in this library), which Python turns into file:line).
+inline std::string fault_message(Runtime& r) {
+  const Runtime::Fault& f = r.fault;
+  const Thread& t = r.threads[f.thread];
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "kernel '%s', block (%u,%u,%u), thread (%u,%u,%u): ",
+                r.kernel, r.block_idx.x, r.block_idx.y, r.block_idx.z, t.tid.x, t.tid.y,
+                t.tid.z);
+  std::string msg = buf;
+  auto dyn = reinterpret_cast<uintptr_t>(r.dynamic_smem);
+  uintptr_t fibers = reinterpret_cast<uintptr_t>(&r) + kRuntimeSlots * kSlotBytes;
+  bool memory = true;
+  if (f.signo == SIGFPE) {
+    memory = false;
+    msg += f.code == FPE_INTDIV ? "integer division by zero" : "arithmetic exception";
+    msg += " (SIGFPE; a GPU gives an unspecified value instead)";
+  } else if (f.signo == SIGILL) {
+    memory = false;
+    msg += "illegal instruction (SIGILL)";
+  } else if (f.addr >= dyn && f.addr < dyn + kDynamicSmemBytes) {
+    std::snprintf(buf, sizeof buf,
+                  "out-of-bounds shared memory access: byte %zu of dynamic shared "
+                  "memory, of which the launch gave the block %zu bytes (SIGSEGV)",
+                  size_t(f.addr - dyn), r.smem_bytes);
+    msg += buf;
+  } else if (f.addr >= fibers && f.addr - fibers < kArenaBytes - kRuntimeSlots *
+                                                        kSlotBytes &&
+             (f.addr - fibers) % kSlotBytes < kGuardBytes) {
+    memory = false;
+    std::snprintf(buf, sizeof buf,
+                  "stack overflow: the thread used more than the emulator's %zu KiB "
+                  "of stack (recursion too deep, or local arrays too large; on a GPU "
+                  "the limit is cudaLimitStackSize) (SIGSEGV)", kStackBytes / 1024);
+    msg += buf;
+  } else if (f.addr == 0 && f.code == SI_KERNEL) {
+    msg += "illegal memory access: an address outside the CPU's address space "
+           "(SIGSEGV)";
+  } else {
+    std::snprintf(buf, sizeof buf, "illegal memory access: a %s at address 0x%llx (%s)",
+                  f.signo != SIGSEGV ? "access" : f.write ? "write" : "read",
+                  (unsigned long long)f.addr, f.signo == SIGBUS ? "SIGBUS" : "SIGSEGV");
+    msg += buf;
+  }
+  Dl_info info;
+  if (own_code(f.pc) && dladdr(reinterpret_cast<void*>(&fault_message), &info)) {
+    std::snprintf(buf, sizeof buf, " at @pc(0x%llx)",
+                  (unsigned long long)(f.pc - uintptr_t(info.dli_fbase)));
+    msg += buf;
+  }
+  if (memory) msg += "; inside attnbook.sanitize() memcheck names the first bad access";
   return msg;
 }
 
@@ -956,6 +1111,16 @@ inline void prepare(Runtime& r, const Job& job) {
   for (; r.stacks < n; ++r.stacks)
     commit(slot(r, r.stacks) + kGuardBytes, kSlotBytes - kGuardBytes);
   r.order.resize(n);
+  r.smem_bytes = job.smem;
+  size_t open = (job.smem + kPageBytes - 1) / kPageBytes * kPageBytes;
+  if (open != r.smem_open) {
+    bool more = open > r.smem_open;
+    size_t lo = std::min(open, r.smem_open), hi = std::max(open, r.smem_open);
+    int prot = more ? PROT_READ | PROT_WRITE : PROT_NONE;
+    if (mprotect(r.dynamic_smem + lo, hi - lo, prot))
+      throw std::runtime_error("emulator: cannot map dynamic shared memory");
+    r.smem_open = open;
+  }
   const dim3& b = job.block;
   for (int i = 0; i < n; ++i) {
     Thread& t = r.threads[i];
@@ -987,6 +1152,11 @@ inline void run_block(Runtime& r, Job& job, uint64_t b) {
   if (r.stopped) {
     r.stopped = 0;
     throw KernelError(unfinished(r));
+  }
+  if (r.fault.signo) {
+    std::string msg = fault_message(r);
+    r.fault = {};
+    throw KernelError(msg);
   }
   if (!r.error.empty()) throw KernelError(r.error);
   on_block_end(r);
@@ -1050,6 +1220,27 @@ inline Pool& pool() {
   return *p;
 }
 
+// Python's other threads (a timer, Jupyter's output) run while a kernel does, as they
+// do while a GPU works: a launch touches no Python object. The checked build keeps the
+// GIL: its allocation records must not change during a launch. Python's API is looked
+// up at run time (the emulator does not include Python's headers), once.
+struct GilReleased {
+  void* state = nullptr;
+  GilReleased() {
+    if constexpr (kChecked) return;
+    static auto held = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT,
+                                                         "PyGILState_Check"));
+    static auto save = reinterpret_cast<void* (*)()>(dlsym(RTLD_DEFAULT,
+                                                           "PyEval_SaveThread"));
+    if (held && save && held()) state = save();
+  }
+  ~GilReleased() {
+    static auto restore = reinterpret_cast<void (*)(void*)>(
+        dlsym(RTLD_DEFAULT, "PyEval_RestoreThread"));
+    if (state) restore(state);
+  }
+};
+
 inline void launch(Job& job) {
   Pool& p = pool();
   std::lock_guard<std::mutex> one_launch(p.launching);
@@ -1060,6 +1251,7 @@ inline void launch(Job& job) {
   for (int i = 0; i < job.max_tids; ++i) job.tids[i].store(pthread_t());
   job.start = std::chrono::steady_clock::now();
   Watched watched(job);
+  GilReleased released;
   on_launch(job);
   if (helpers > 0) {
     std::lock_guard<std::mutex> lock(p.m);
@@ -1218,7 +1410,6 @@ inline void poison_static_shared(const volatile void* cv, size_t bytes) {
 #include "emu_checked.h"
 #else
 namespace attnbook_emu {
-inline void on_new_worker(Runtime&) {}
 inline void on_launch(const Job&) {}
 inline void on_block_start(Runtime&, const Job&) {}
 inline void on_block_end(Runtime&) {}

@@ -1,0 +1,257 @@
+"""A wrong kernel never takes the reader's Python down: on the emulator a wild access, a
+stack overflow, a division by zero or shared memory the launch did not give is a
+KernelFault naming the kernel, block, thread and line (as a GPU gives a CUDA error),
+Ctrl-C stops any kernel, and the same process then runs the next kernel correctly.
+Most of these once killed the process, so each runs in a child process here."""
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+import attnbook as ab
+
+SOURCE = r"""
+__device__ int depth(int n) {
+  volatile int frame[8];
+  frame[0] = n;
+  return n ? depth(n - 1) + frame[0] : 0;
+}
+
+// Thread `who` of block `block` does what `which` says; every other thread writes its
+// index, so a launch that goes on past the fault shows in `out`.
+__global__ void wrong(int which, int block, int who, long long i, float* out) {
+  extern __shared__ float tile[];
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (blockIdx.x != block || threadIdx.x != who) {
+    out[t] = t;
+    return;
+  }
+  if (which == 0) out[i] = 1.f;                       // far out of bounds
+  if (which == 1) out[t] = out[i];
+  if (which == 2) out[t] = depth(int(i));             // recursion i deep
+  if (which == 3) out[t] = float(t / int(i));         // i = 0
+  if (which == 4) out[t] = tile[threadIdx.x + i];     // past the launch's bytes
+  if (which == 5) {                                   // 480 KiB of local memory
+    volatile float local[120 * 1024];
+    for (int j = 0; j < 120 * 1024; ++j) local[j] = j;
+    out[t] = local[i];
+  }
+}
+
+__global__ void fill(float* out) {
+  out[blockIdx.x * blockDim.x + threadIdx.x] = blockIdx.x + threadIdx.x;
+}
+
+// 2^31 - 1 blocks of one thread: CUDA's largest grid.
+__global__ void tiny(float* out) {
+  if (blockIdx.x == 0) out[0] = 1.f;
+}
+
+__global__ void spin(float* out) {
+  volatile int x = 0;
+  while (true) x = x + 1;
+}
+
+void launch_wrong(int which, int block, int who, long long i, int smem, float* out) {
+  wrong<<<4, 64, smem>>>(which, block, who, i, out);
+}
+void launch_fill(float* out) { fill<<<4, 64>>>(out); }
+void launch_tiny(float* out) { tiny<<<2147483647, 1>>>(out); }
+void launch_spin(float* out) { spin<<<4, 32>>>(out); }
+"""
+
+WRAPPER = r"""
+void launch_wrong(int, int, int, long long, int, float*);
+void launch_fill(float*);
+void launch_tiny(float*);
+void launch_spin(float*);
+void run_wrong(int64_t which, int64_t block, int64_t who, int64_t i, int64_t smem,
+               at::Tensor out) {
+  launch_wrong(int(which), int(block), int(who), i, int(smem), out.data_ptr<float>());
+}
+void run_fill(at::Tensor out) { launch_fill(out.data_ptr<float>()); }
+void run_tiny(at::Tensor out) { launch_tiny(out.data_ptr<float>()); }
+void run_spin(at::Tensor out) { launch_spin(out.data_ptr<float>()); }
+"""
+
+FUNCTIONS = ["run_wrong", "run_fill", "run_tiny", "run_spin"]
+
+
+def build():
+    return ab.compile("faults", SOURCE, WRAPPER, FUNCTIONS, backend="emulator")
+
+
+@pytest.fixture(scope="module")
+def ext():
+    return build()
+
+
+def fill_works(ext):
+    out = torch.zeros(256)
+    ext.run_fill(out)
+    assert torch.equal(out, torch.arange(256.) // 64 + torch.arange(256.) % 64)
+
+
+# The line of each case in SOURCE, as the message names it.
+LINES = {n: i for i, text in enumerate(SOURCE.splitlines(), 1)
+         for n in range(6) if f"if (which == {n})" in text}
+# depth()'s lines: where its frame is made or its recursive call is.
+DEPTH = [i for i, text in enumerate(SOURCE.splitlines(), 1) if 1 < i < 7]
+
+# which, i, smem, the message
+CASES = {
+    "write far out of bounds": (0, 1 << 40, 0,
+                                r"illegal memory access: a write at address 0x"),
+    "read far out of bounds": (1, 1 << 40, 0,
+                               r"illegal memory access: a read at address 0x"),
+    "recursion a million deep": (2, 10**6, 0,
+                                 r"stack overflow: the thread used more than the "
+                                 r"emulator's 576 KiB of stack"),
+    "integer division by zero": (3, 0, 0, r"integer division by zero \(SIGFPE"),
+    "shared memory the launch did not give": (
+        4, 0, 0, r"out-of-bounds shared memory access: byte 148 of dynamic shared "
+                 r"memory, of which the launch gave the block 0 bytes"),
+    "shared memory past the launch's bytes": (
+        4, 8192, 128, r"out-of-bounds shared memory access: byte 32\d\d\d of dynamic "
+                      r"shared memory, of which the launch gave the block 128 bytes"),
+}
+
+# Run in a child: on a kernel without this guard, the fault kills the process.
+CHILD = r"""
+import sys, torch, attnbook as ab
+sys.path.insert(0, {tests!r})
+from test_faults import build, fill_works
+ext = build()
+for n in (1, 2):
+    with ab.workers(n):
+        out = torch.zeros(256)
+        try:
+            ext.run_wrong({which}, {block}, {who}, {i}, {smem}, out)
+        except ab.KernelFault as e:
+            print("KernelFault:", e)
+        fill_works(ext)
+        print("next launch ok")
+"""
+
+
+def run_child(code, timeout=120):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_faulting_thread_is_an_exception_and_the_process_goes_on(ext, case):
+    which, i, smem, message = CASES[case]
+    block, who = 2, 37
+    child = run_child(CHILD.format(tests=os.path.dirname(__file__), which=which,
+                                   block=block, who=who, i=i, smem=smem))
+    assert child.returncode == 0, child.stderr[-2000:]
+    faults = [ln for ln in child.stdout.splitlines() if ln.startswith("KernelFault")]
+    assert len(faults) == 2, child.stdout   # one per worker count
+    assert child.stdout.count("next launch ok") == 2
+    for fault in faults:
+        assert f"kernel 'wrong', block ({block},0,0), thread ({who},0,0): " in fault
+        assert re.search(message, fault), fault
+        assert f"at cell.cu:{LINES[which]}" in fault or which == 2, fault
+    assert ("memcheck names the first bad access" in faults[0]) == (which in (0, 1, 4))
+
+
+def test_the_fault_is_a_runtime_error_and_names_the_recursions_line(ext):
+    with pytest.raises(RuntimeError) as info:
+        ext.run_wrong(2, 0, 0, 10**6, 0, torch.zeros(256))
+    assert isinstance(info.value, ab.KernelFault)
+    assert any(str(info.value).endswith(f"at cell.cu:{line}") for line in DEPTH)
+    fill_works(ext)
+
+
+def test_local_memory_a_gpu_allows_runs(ext):
+    # 480 KiB per thread: more than the emulator's old 256 KiB stack, within a GPU's
+    # 512 KiB.
+    out = torch.zeros(256)
+    ext.run_wrong(5, 1, 3, 12345, 0, out)
+    assert out[64 + 3] == 12345 and out[0] == 0 and out[255] == 255
+
+
+def test_more_local_memory_than_a_gpu_allows_is_a_compile_error():
+    src = "__global__ void big(float* c) {\n  volatile float a[131088];\n" \
+          "  for (int j = 0; j < 131088; ++j) a[j] = j;\n  c[0] = a[7];\n}\n" \
+          "void launch(float* c) { big<<<1, 1>>>(c); }\n"
+    with pytest.raises(ab.CompileError, match=r"(?s)frame size of \d+ bytes is larger "
+                                              r"than 524288.*at most 512 KiB of local"):
+        ab.compile("faults_local", src, "void launch(float*);\n"
+                   "void run(at::Tensor c) { launch(c.data_ptr<float>()); }", ["run"],
+                   backend="emulator")
+
+
+def test_a_fault_in_a_checked_build_is_an_exception_too(ext):
+    # ab.profile runs the checked build without memcheck: the wild write faults.
+    with ab.profile(), pytest.raises(ab.KernelFault, match="a write at address"):
+        ext.run_wrong(0, 1, 0, 1 << 40, 0, torch.zeros(256))
+    # memcheck stops it before it happens.
+    with ab.sanitize(), pytest.raises(ab.MemcheckError, match="byte shared memory|"
+                                                              "dynamic shared memory"):
+        ext.run_wrong(4, 0, 0, 0, 0, torch.zeros(256))
+    fill_works(ext)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_ctrl_c_from_a_python_timer_stops_a_barrier_free_loop(ext, n):
+    # A timer thread of this process sends SIGINT, as the GIL is free while a kernel
+    # runs (the launch touches no Python object).
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    with ab.workers(n), ab.time_budget(20):
+        timer.start()
+        with pytest.raises(ab.KernelInterrupted, match="kernel 'spin' was interrupted"):
+            ext.run_spin(torch.zeros(256))
+    assert time.monotonic() - start < 1.3
+    fill_works(ext)
+
+
+def test_the_largest_grid_keeps_to_the_time_budget(ext):
+    start = time.monotonic()
+    with ab.time_budget(0.5), pytest.raises(ab.KernelTimeout) as info:
+        ext.run_tiny(torch.zeros(1))
+    assert time.monotonic() - start < 2
+    assert "of 2147483647 blocks had not finished" in str(info.value)
+    assert not isinstance(info.value, KeyboardInterrupt)
+    fill_works(ext)
+
+
+def resident_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def test_a_thousand_faulting_launches_leave_memory_flat(ext):
+    out = torch.zeros(256)
+
+    def launches(k):
+        for j in range(k):
+            with pytest.raises(ab.KernelFault):
+                ext.run_wrong(j % 2, j % 4, j % 64, 1 << 40, 0, out)
+            ext.run_fill(out)
+
+    launches(100)
+    before = resident_mib()
+    launches(1000)
+    assert resident_mib() - before < 8
+
+
+def test_a_thousand_launches_of_each_op_leave_memory_flat():
+    from attnbook.gpu.launches import LAUNCHES
+    for launch in LAUNCHES.values():   # builds, caches and allocator pools
+        for _ in range(20):
+            launch("cpu")
+    before = resident_mib()
+    for name, launch in LAUNCHES.items():
+        for _ in range(1000):
+            launch("cpu")
+    assert resident_mib() - before < 16
