@@ -7,6 +7,10 @@ sees a GPU, with the same cases and tolerances. ``ATTNBOOK_TEST_DEVICES=cuda`` (
 not a silent skip. Each such test is marked with its device (``-m cuda`` selects the
 GPU half). A check that only means something on a GPU (a timing, the caching
 allocator's peak) is marked ``gpu`` and reported as skipped where there is none.
+
+The property tests (``test_properties.py``) run Hypothesis's "ci" profile by default: a
+fixed budget of draws, derandomized, so that a run's time and verdict do not vary;
+``--hypothesis-profile=long`` draws many more, afresh, and remembers failing ones.
 """
 import os
 import pathlib
@@ -14,6 +18,7 @@ import sys
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
@@ -38,6 +43,13 @@ def test_devices() -> list:
 
 
 test_devices.__test__ = False   # a helper, not a test
+
+settings.register_profile("ci", max_examples=100, derandomize=True, deadline=None,
+                          database=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("long", max_examples=1000, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ci")
 
 
 def pytest_configure(config):

@@ -8,8 +8,12 @@ multiple of ``Hkv`` (grouped-query attention: query head ``h`` reads key/value h
 A query row that may attend no key at all returns zeros, not NaN, and its
 log-sum-exp is ``-inf``.  (The softmax of an all ``-inf`` row is 0/0; we define the
 empty sum's weighted average as 0, as FlashAttention does.)
+A key that a mask excludes takes no part, whatever its ``k`` holds: a NaN or an inf
+in it (or in ``q``, which makes ``q·k`` infinite) does not reach the row.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -47,9 +51,12 @@ def attention_reference(q, k, v, *, scale=None, causal=False, attn_mask=None,
 
     qf, kf, vf = (t.to(work) for t in (q, expand_kv(k, h), expand_kv(v, h)))
     s = (qf @ kf.transpose(-1, -2)) * scale
-    s = s + masks.bias(b, h, sq, sk, attn_mask=attn_mask, causal=causal, stride=stride,
-                       window=window, key_lengths=key_lengths, dtype=work,
-                       device=q.device)
+    bias = masks.bias(b, h, sq, sk, attn_mask=attn_mask, causal=causal, stride=stride,
+                      window=window, key_lengths=key_lengths, dtype=work,
+                      device=q.device)
+    # A masked key is absent: its score is -inf whatever q·k is (NaN, with an inf in q
+    # or k, would otherwise survive the mask).
+    s = torch.where(bias == -math.inf, -math.inf, s + bias)
     m = s.amax(dim=-1, keepdim=True)
     m_safe = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
     p = torch.exp(s - m_safe)
