@@ -159,12 +159,41 @@ def test_load_extension_runs_a_torch_extension_file():
         mod.row_softmax(x.T)
 
 
+TWO_FILES = [HERE / "two_files" / "main.cpp", HERE / "two_files" / "scale.cu"]
+
+
+def test_load_extension_takes_torch_loads_form_with_several_files():
+    mod = ab.load_extension(name="two_files", sources=TWO_FILES,
+                            extra_cflags=["-DFACTOR=3"], backend="emulator")
+    x = torch.arange(300.)
+    torch.testing.assert_close(mod.scale(x, 2.0, False), x * 6)
+
+
+def test_a_loaded_extension_runs_its_checked_build_inside_sanitize():
+    mod = ab.load_extension(name="two_files", sources=TWO_FILES,
+                            extra_cflags=["-DFACTOR=1"], backend="emulator")
+    x = torch.arange(40.)
+    past_end = (r"invalid __global__ write .* at scale\.cu:8 .* 0 bytes past the end "
+                r"of a 160-byte allocation")
+    with ab.sanitize(), pytest.raises(ab.MemcheckError, match=past_end):
+        mod.scale(x, 2.0, True)
+    with ab.profile() as report:
+        torch.testing.assert_close(mod.scale(x, 2.0, False), x * 2)
+    assert [launch.kernel for launch in report.launches] == ["scale_kernel"]
+    single = ab.load_extension(HERE / "rowsoftmax_ext.cu", backend="emulator")
+    with ab.profile() as report:
+        single.row_softmax(torch.randn(3, 50))
+    assert len(report.launches) == 1
+
+
 def test_load_extension_checks_its_input():
     with pytest.raises(ValueError, match="ASCII identifier"):
         ab.load_extension("PYBIND11_MODULE(x, m) {}", name="résumé",
                           backend="emulator")
-    with pytest.raises(ab.CompileError, match="no PYBIND11_MODULE"):
+    with pytest.raises(ab.CompileError, match="no file defines a PYBIND11_MODULE"):
         ab.load_extension("__global__ void k() {}", backend="emulator")
+    with pytest.raises(TypeError, match="one extension file"):
+        ab.load_extension(TWO_FILES[1], sources=TWO_FILES, backend="emulator")
 
 
 # ---- build errors --------------------------------------------------------------------

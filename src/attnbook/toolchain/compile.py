@@ -75,7 +75,6 @@ CPU_FLAGS = ["-O2", "-fno-strict-aliasing", "-fvisibility=hidden", "-g1",
 # ThreadSanitizer runtime is linked).
 CHECKED_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0",
                  "-DATTNBOOK_CHECKED"]
-CHECKED_FUNCTIONS = ["attnbook_checked_begin", "attnbook_checked_end"]
 
 
 class CompileError(RuntimeError):
@@ -249,7 +248,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
         with quiet_build(verbose), _build_lock(full_name, verbose):
             module = cpp_extension.load_inline(
                 name=full_name, cpp_sources=cpp, cuda_sources=cu or None,
-                functions=functions + (CHECKED_FUNCTIONS if checked else []),
+                functions=functions,
                 extra_cflags=cflags,
                 extra_cuda_cflags=cuda_flags or None,
                 extra_include_paths=[str(p) for p in (*includes, INCLUDE_DIR, *search)],

@@ -1,14 +1,20 @@
-"""A whole torch extension file, loaded unmodified: ``load_extension(path_or_text)``.
+"""A whole torch extension, loaded unmodified: ``load_extension(path_or_text)`` for one
+file, ``load_extension(name=..., sources=[...])`` for several, as
+``torch.utils.cpp_extension.load`` takes them.
 
 Many kernels online come as one ``.cu`` file: kernels, ``#include <torch/extension.h>``,
 a forward function that checks its inputs are on the GPU and allocates its outputs there
 (``.to(torch::kCUDA)``, ``options().device(torch::kCUDA)``, ``at::cuda::
-getCurrentCUDAStream()``), and a ``PYBIND11_MODULE`` that exposes it. On a GPU
-:func:`load_extension` compiles the file as it is (``torch.utils.cpp_extension.load``).
-On the emulator it compiles the same text as C++ with the emulator's source transforms,
-the CPU standing in for the GPU: a request for a CUDA device or tensor names the CPU
-(``kCUDA`` → ``kCPU``, ``.cuda()`` → ``.cpu()``, ``.is_cuda()`` → ``.is_cpu()``),
-and c10/ATen's CUDA headers are small stand-ins (one stream, no-op device guards).
+getCurrentCUDAStream()``), and a ``PYBIND11_MODULE`` that exposes it; others split the
+binding (``main.cpp``) from the kernels (``kernel.cu``). On a GPU
+:func:`load_extension` compiles the files as they are (``torch.utils.cpp_extension.
+load``). On the emulator it compiles the same text as C++, one translation unit per
+file, with the emulator's source transforms, the CPU standing in for the GPU: a request
+for a CUDA device or tensor names the CPU (``kCUDA`` → ``kCPU``, ``.cuda()`` →
+``.cpu()``, ``.is_cuda()`` → ``.is_cpu()``), and c10/ATen's CUDA headers are small
+stand-ins (one stream, no-op device guards). As for :func:`attnbook.compile`, inside
+:func:`attnbook.sanitize` or :func:`attnbook.profile` the module's functions run a
+checked build of the same files, made on first use.
 """
 from __future__ import annotations
 
@@ -20,10 +26,10 @@ import time
 import torch
 
 from . import emulator, ptx
-from .compile import (BACKENDS, CPU_FLAGS, EMULATOR_DIR, INCLUDE_DIR, CompileError,
-                      _arch_list, _arch_number, _device_arch, _short_error,
-                      build_directory, cpp_extension, default_backend,
-                      quiet_build)
+from .compile import (BACKENDS, CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR, INCLUDE_DIR,
+                      CompileError, _arch_list, _arch_number, _build_lock,
+                      _device_arch, _short_error, build_directory, cpp_extension,
+                      default_backend, quiet_build)
 
 __all__ = ["load_extension"]
 
@@ -52,80 +58,138 @@ def _source(path_or_text) -> tuple[str, pathlib.Path | None]:
     return path_or_text, None
 
 
-def load_extension(path_or_text, name: str | None = None, *,
+def load_extension(path_or_text=None, name: str | None = None, *, sources=None,
+                   extra_cflags=(), extra_cuda_cflags=(), extra_include_paths=(),
                    backend: str | None = None, arch: str | None = None,
                    include_dirs=(), verbose: bool = False):
-    """Load a torch extension written as one CUDA file (a path, or its text), with its
-    own ``PYBIND11_MODULE``, and return the module. ``backend``: "cuda", "emulator" or
-    None for this machine's; ``arch`` as for :func:`attnbook.compile`. ``#include "x"``
-    looks beside the file, in ``include_dirs``, then in the working directory."""
-    text, path = _source(path_or_text)
-    name = name or (path.stem if path else "extension")
+    """Load a torch extension with its own ``PYBIND11_MODULE`` and return the module:
+    one CUDA file (``path_or_text``: a path, or its text), or ``sources``, the paths
+    of its ``.cpp`` and ``.cu`` files, with ``extra_cflags`` (the C++ compiler's; on
+    the emulator, every file's), ``extra_cuda_cflags`` (nvcc's) and
+    ``extra_include_paths``, as ``torch.utils.cpp_extension.load`` takes them.
+    ``backend``: "cuda", "emulator" or None for this machine's; ``arch`` as for
+    :func:`attnbook.compile`. ``#include "x"`` looks beside each file, in
+    ``include_dirs`` and ``extra_include_paths``, then in the working directory."""
+    if (path_or_text is None) == (sources is None):
+        raise TypeError("give one extension file (path_or_text) or sources=[...]")
+    files = [_source(path_or_text)] if sources is None else \
+        [_source(pathlib.Path(f)) for f in sources]
+    name = name or (files[0][1].stem if files[0][1] else "extension")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name, re.ASCII):
         raise ValueError(f"extension name must be an ASCII identifier, got {name!r}")
-    if "PYBIND11_MODULE" not in text:
-        raise CompileError(f"{name}: the file defines no PYBIND11_MODULE; use "
+    if not any("PYBIND11_MODULE" in text for text, _ in files):
+        raise CompileError(f"{name}: no file defines a PYBIND11_MODULE; use "
                            "attnbook.compile for kernel text with a separate wrapper")
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if arch is not None and not re.fullmatch(r"sm_\d{2,3}a?", arch):
         raise ValueError(f"arch must look like 'sm_80', got {arch!r}")
-    folders = [*([path.parent] if path else []), *map(pathlib.Path, include_dirs),
+    folders = [*dict.fromkeys(path.parent for _, path in files if path),
+               *map(pathlib.Path, (*include_dirs, *extra_include_paths)),
                pathlib.Path.cwd()]
-    file_name = path.name if path else f"{name}.cu"
+    named = [(text, path.name if path else f"{name}.cu") for text, path in files]
+    if len({n for _, n in named}) < len(named):
+        raise ValueError("two sources have one file name")
+    build = Build(name, named, folders, list(extra_cflags), list(extra_cuda_cflags),
+                  verbose)
     if backend == "emulator":
-        return _load_emulated(text, name, file_name, folders, arch or "sm_80", verbose)
-    return _load_cuda(text, name, file_name, folders, arch or _device_arch(), verbose)
+        module = build.emulated(arch or "sm_80", checked=False)
+        public = [n for n in dir(module) if not n.startswith("_")]
+        twin = _Twin(build, arch or "sm_80")
+        return emulator.guard_module(module, public, twin)
+    return build.cuda(arch or _device_arch())
 
 
 def _key(*parts) -> str:
     return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:12]
 
 
-def _load_emulated(text, name, file_name, folders, arch, verbose):
-    try:
-        code = ptx.to_cpp(emulator.to_cpp(_to_cpu(
-            emulator.inline_headers(text, file_name, folders))))
-    except SyntaxError as e:
-        raise CompileError(f"{file_name}: {e}") from None
-    cpp = ('#include <torch/extension.h>\n#include "cuda_emulator.h"\n'
-           f'#line 1 "{file_name}"\n{code}\n')
-    cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={_arch_number(arch)}"]
-    full = f"{name}_emulator_" + _key(cpp, *cflags, torch.__version__, *(
-        p.read_text() for p in sorted(EMULATOR_DIR.rglob("*")) if p.is_file()))
-    start = time.perf_counter()
-    try:
-        with quiet_build(verbose):
-            module = cpp_extension.load_inline(
-                name=full, cpp_sources=[cpp], extra_cflags=cflags,
-                extra_include_paths=[str(p) for p in (EMULATOR_DIR, INCLUDE_DIR,
-                                                      *folders)],
-                no_implicit_headers=True, verbose=verbose)
-    except (RuntimeError, ImportError) as e:
-        raise CompileError(f"compiling {name} failed:\n"
-                           f"{_short_error(str(e), text, file_name)}") from None
-    print(f"compiled {name} for the CPU emulator in "
-          f"{time.perf_counter() - start:.1f} s")
-    public = [n for n in dir(module) if not n.startswith("_")]
-    return emulator.guard_module(module, public)
+class _Twin:
+    """The checked build of an emulated extension, made on first use."""
+
+    def __init__(self, build, arch):
+        self.build, self.arch, self.module = build, arch, None
+
+    def __call__(self):
+        if self.module is None:
+            module = self.build.emulated(self.arch, checked=True)
+            public = [n for n in dir(module) if not n.startswith("_")]
+            self.module = emulator.guard_module(module, public)
+        return self.module
 
 
-def _load_cuda(text, name, file_name, folders, arch, verbose):
-    full = f"{name}_cuda_" + _key(text, arch, torch.__version__)
-    source = build_directory(full, verbose) / file_name
-    if not source.is_file() or source.read_text() != text:
-        source.write_text(text)
-    start = time.perf_counter()
-    try:
-        with quiet_build(verbose), emulator._environ("TORCH_CUDA_ARCH_LIST",
-                                                     _arch_list(arch)):
-            module = cpp_extension.load(
-                name=full, sources=[str(source)],
-                extra_include_paths=[str(p) for p in folders],
-                extra_cuda_cflags=["-O3"], verbose=verbose)
-    except (RuntimeError, ImportError) as e:
-        raise CompileError(f"compiling {name} failed:\n"
-                           f"{_short_error(str(e), text, file_name)}") from None
-    print(f"compiled {name} for {arch} in {time.perf_counter() - start:.1f} s")
-    return module
+class Build:
+    """One extension's files (text, file name), where its includes are found, its
+    flags."""
+
+    def __init__(self, name, files, folders, cflags, cuda_cflags, verbose):
+        self.name, self.files, self.folders = name, files, folders
+        self.cflags, self.cuda_cflags, self.verbose = cflags, cuda_cflags, verbose
+
+    def emulated(self, arch, checked):
+        """Each file as C++ for the emulator, in the build folder (a .cu file as
+        ``name.cu.cpp``), compiled and loaded."""
+        texts = []
+        for text, file_name in self.files:
+            try:
+                code = ptx.to_cpp(emulator.to_cpp(_to_cpu(
+                    emulator.inline_headers(text, file_name, self.folders))))
+            except SyntaxError as e:
+                raise CompileError(f"{file_name}: {e}") from None
+            first = ('#include <torch/extension.h>\n#include "cuda_emulator.h"\n'
+                     if file_name.endswith(".cu") else "")
+            texts.append((first + f'#line 1 "{file_name}"\n{code}\n', file_name))
+        cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={_arch_number(arch)}",
+                              *self.cflags, *(CHECKED_FLAGS if checked else ())]
+        full = f"{self.name}_{'checked' if checked else 'emulator'}_" + _key(
+            *(t for pair in texts for t in pair), *cflags, torch.__version__,
+            *(p.read_text() for p in sorted(EMULATOR_DIR.rglob("*")) if p.is_file()))
+        folder = build_directory(full, self.verbose)
+        paths = []
+        for text, file_name in texts:
+            path = folder / (file_name + (".cpp" if file_name.endswith(".cu") else ""))
+            if not path.is_file() or path.read_text() != text:
+                path.write_text(text)
+            paths.append(str(path))
+        includes = [EMULATOR_DIR, INCLUDE_DIR, *self.folders]
+        return self._load(full, paths, cflags, [], includes, "the CPU emulator")
+
+    def cuda(self, arch):
+        full = f"{self.name}_cuda_" + _key(*(t for pair in self.files for t in pair),
+                                            arch, *self.cflags, *self.cuda_cflags,
+                                            torch.__version__)
+        folder = build_directory(full, self.verbose)
+        paths = []
+        for text, file_name in self.files:
+            path = folder / file_name
+            if not path.is_file() or path.read_text() != text:
+                path.write_text(text)
+            paths.append(str(path))
+        with emulator._environ("TORCH_CUDA_ARCH_LIST", _arch_list(arch)):
+            return self._load(full, paths, ["-O2", *self.cflags],
+                              ["-O3", *self.cuda_cflags], self.folders, arch)
+
+    def _load(self, full, paths, cflags, cuda_cflags, includes, target):
+        start = time.perf_counter()
+        try:
+            with quiet_build(self.verbose), _build_lock(full, self.verbose):
+                module = cpp_extension.load(
+                    name=full, sources=paths, extra_cflags=cflags,
+                    extra_cuda_cflags=cuda_cflags or None,
+                    extra_include_paths=[str(p) for p in includes],
+                    verbose=self.verbose)
+        except (RuntimeError, ImportError) as e:
+            raise CompileError(f"compiling {self.name} failed:\n"
+                               f"{self._errors(str(e))}") from None
+        checked = " (checked)" if "_checked_" in full else ""
+        print(f"compiled {self.name}{checked} for {target} in "
+              f"{time.perf_counter() - start:.1f} s")
+        return module
+
+    def _errors(self, log):
+        """The compiler's errors, with the reader's line the first one names."""
+        for text, file_name in self.files:
+            if re.search(re.escape(file_name) + r"[:(]\d+", log):
+                return _short_error(log, text, file_name)
+        return _short_error(log)

@@ -67,6 +67,7 @@ about 70.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import os
 import pathlib
@@ -210,11 +211,46 @@ def resolve(message: str, path: str) -> tuple[str, list[str]]:
                   message), [names[p] for p in pcs]
 
 
+_libraries: dict[str, ctypes.CDLL] = {}
+
+
+def _entry_points(path: str) -> ctypes.CDLL:
+    """The checked build ``path``'s C entry points (emu_checked.h)."""
+    if path not in _libraries:
+        lib = ctypes.CDLL(path)
+        i64, p64 = ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)
+        lib.attnbook_checked_begin.argtypes = [i64, p64, i64]
+        lib.attnbook_checked_begin.restype = None
+        lib.attnbook_checked_end.argtypes = [
+            ctypes.POINTER(p64), p64, ctypes.POINTER(ctypes.c_char_p), p64,
+            ctypes.POINTER(p64), p64]
+        lib.attnbook_checked_end.restype = None
+        _libraries[path] = lib
+    return _libraries[path]
+
+
+def _checked_end(lib):
+    """(launches, names, counts) of the call that attnbook_checked_begin started."""
+    launches, counts = (ctypes.POINTER(ctypes.c_int64)() for _ in range(2))
+    nlaunches, ncounts, name_bytes = (ctypes.c_int64() for _ in range(3))
+    names = ctypes.c_char_p()
+    lib.attnbook_checked_end(ctypes.byref(launches), ctypes.byref(nlaunches),
+                             ctypes.byref(names), ctypes.byref(name_bytes),
+                             ctypes.byref(counts), ctypes.byref(ncounts))
+    text = ctypes.string_at(names, name_bytes.value).decode()
+    return ([launches[8 * i:8 * i + 8] for i in range(nlaunches.value)],
+            text.split("\0")[:-1],
+            [counts[8 * i:8 * i + 8] for i in range(ncounts.value)])
+
+
 def run_checked(module, name: str, checks: int, args, kwargs):
     """Call ``module.name`` (a checked build) with ``checks``, turning what it finds
     into exceptions and profile counts."""
     path = module.__file__
-    module.attnbook_checked_begin(checks, _storage_spans([*args, *kwargs.values()]))
+    lib = _entry_points(path)
+    spans = _storage_spans([*args, *kwargs.values()])
+    lib.attnbook_checked_begin(checks, (ctypes.c_int64 * len(spans))(*spans),
+                               len(spans))
     try:
         result = getattr(module, name)(*args, **kwargs)
     except RuntimeError as e:
@@ -225,7 +261,7 @@ def run_checked(module, name: str, checks: int, args, kwargs):
             raise RaceError(*resolve(text, path)) from None
         raise
     finally:
-        launches, names, counts = module.attnbook_checked_end()
+        launches, names, counts = _checked_end(lib)
     if checks & PROFILE:
         profiled = _launch_profiles(path, launches, names, counts)
         for report in _reports:

@@ -75,6 +75,9 @@ struct Session {
   std::vector<LaunchInfo> launches;
   std::map<CountKey, Counts> counts;
   const Job* job = nullptr;        // the launch running
+  // What attnbook_checked_end hands Python.
+  std::vector<int64_t> out_launches, out_counts;
+  std::string out_names;
 };
 ATTNBOOK_UNCHECKED inline Session& session() {
   static Session* s = new Session();   // never destroyed: workers outlive statics
@@ -569,11 +572,18 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void note_access(const void*
 }  // namespace attnbook_emu
 
 // ---- the Python side's handle on a call (attnbook.toolchain.sanitizer) -------------
+// Plain C functions that Python calls through ctypes, so that every checked build has
+// them whatever module definition it brings (ab.compile's, or a whole extension's own
+// PYBIND11_MODULE); `used`: emitted by every file that includes this one, merged into
+// one by the linker.
+#define ATTNBOOK_ENTRY \
+  extern "C" inline __attribute__((used, visibility("default"), no_sanitize("thread")))
+
 // begin: the checks to make and the storages of the call's tensors (address, bytes,
-// ...);
-// from then on, tensors torch allocates on this thread are added, freed ones removed.
-ATTNBOOK_UNCHECKED inline void attnbook_checked_begin(int64_t mode,
-                                                      std::vector<int64_t> spans) {
+// ... : n numbers); from then on, tensors torch allocates on this thread are added,
+// freed ones removed.
+ATTNBOOK_ENTRY void attnbook_checked_begin(int64_t mode, const int64_t* spans,
+                                           int64_t n) {
   auto& s = ::attnbook_emu::session();
   if (s.module_data.empty()) ::attnbook_emu::find_module(s);
   {
@@ -583,7 +593,7 @@ ATTNBOOK_UNCHECKED inline void attnbook_checked_begin(int64_t mode,
     s.launches.clear();
     s.counts.clear();
   }
-  for (size_t i = 0; i + 1 < spans.size(); i += 2)
+  for (int64_t i = 0; i + 1 < n; i += 2)
     if (spans[i + 1] > 0)
       ::attnbook_emu::note_allocation(reinterpret_cast<void*>(spans[i]),
                                       size_t(spans[i + 1]));
@@ -592,30 +602,39 @@ ATTNBOOK_UNCHECKED inline void attnbook_checked_begin(int64_t mode,
       std::make_shared<::attnbook_emu::AllocationReporter>());
 }
 
-// end: the launches profiled (kernel, grid xyz, block xyz, dynamic smem, barriers) and
-// their counts (launch, pc offset, space, is_write, requests, units, ideal, bytes).
-ATTNBOOK_UNCHECKED inline std::tuple<std::vector<std::vector<int64_t>>,
-                                     std::vector<std::string>,
-                                     std::vector<std::vector<int64_t>>>
-attnbook_checked_end() {
+// end: the launches profiled, 8 numbers each (grid xyz, block xyz, dynamic smem,
+// barriers), their kernels' names (each ending in '\0'), and their counts, 8 numbers
+// each (launch, pc offset, space, is_write, requests, units, ideal, bytes). The
+// buffers are the session's, valid until the next call.
+ATTNBOOK_ENTRY void attnbook_checked_end(const int64_t** launches, int64_t* nlaunches,
+                                         const char** names, int64_t* name_bytes,
+                                         const int64_t** counts, int64_t* ncounts) {
   c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
   auto& s = ::attnbook_emu::session();
   std::lock_guard<std::mutex> lock(s.m);
-  std::vector<std::vector<int64_t>> launches, counts;
-  std::vector<std::string> names;
+  s.out_launches.clear();
+  s.out_names.clear();
+  s.out_counts.clear();
   for (const auto& l : s.launches) {
-    names.push_back(l.kernel);
-    launches.push_back({l.grid.x, l.grid.y, l.grid.z, l.block.x, l.block.y, l.block.z,
-                        int64_t(l.smem), l.barriers});
+    s.out_names += l.kernel;
+    s.out_names += '\0';
+    s.out_launches.insert(s.out_launches.end(),
+                          {l.grid.x, l.grid.y, l.grid.z, l.block.x, l.block.y,
+                           l.block.z, int64_t(l.smem), l.barriers});
   }
   for (const auto& [key, k] : s.counts) {
     auto [launch, pc, space, write] = key;
-    counts.push_back({launch, int64_t(pc), space, write, k.requests, k.units, k.ideal,
-                      k.bytes});
+    s.out_counts.insert(s.out_counts.end(), {launch, int64_t(pc), space, write,
+                                             k.requests, k.units, k.ideal, k.bytes});
   }
   s.mode = 0;
   s.allocations.clear();
-  return {launches, names, counts};
+  *launches = s.out_launches.data();
+  *nlaunches = int64_t(s.launches.size());
+  *names = s.out_names.data();
+  *name_bytes = int64_t(s.out_names.size());
+  *counts = s.out_counts.data();
+  *ncounts = int64_t(s.out_counts.size() / 8);
 }
 
 #include "emu_tsan_hooks.h"
