@@ -1,0 +1,37 @@
+// A CUDA program as one is written for nvcc: its own main(), cudaMalloc, cudaMemcpy, a
+// launch (through a helper of "launch.cuh", found with -I). argv[1] chooses what it
+// does: "sum" prints the sum of 0..n-1 times SCALE (-D), "status" exits with 3, "far"
+// writes far out of bounds, "past" reads one element past the end.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cuda_runtime.h>
+#include "launch.cuh"
+
+__global__ void scaled(const float* x, float* y, int n, long long reach) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = SCALE * x[i + (i == n - 1 ? reach : 0)];
+  if (reach > 1000 && i == 0) y[reach] = 1.f;
+}
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "sum";
+  if (!std::strcmp(mode, "status")) return 3;
+  const int n = 1000;
+  long long reach = !std::strcmp(mode, "far") ? (1ll << 40) :
+                    !std::strcmp(mode, "past") ? 1 : 0;
+  float host[n];
+  for (int i = 0; i < n; ++i) host[i] = float(i);
+  float *x, *y;
+  cudaMalloc(&x, n * sizeof(float));
+  cudaMalloc(&y, n * sizeof(float));
+  cudaMemcpy(x, host, sizeof host, cudaMemcpyHostToDevice);
+  launch_scaled(x, y, n, reach);
+  cudaMemcpy(host, y, sizeof host, cudaMemcpyDeviceToHost);
+  double sum = 0;
+  for (int i = 0; i < n - 1; ++i) sum += host[i];
+  printf("sum %.0f\n", sum);
+  cudaFree(x);
+  cudaFree(y);
+  return 0;
+}

@@ -1,0 +1,56 @@
+"""A CUDA program with its own main() runs on the emulator as it would after
+``nvcc prog.cu -o prog && ./prog``: ``python -m attnbook.toolchain.program run``, its
+output, exit status, -I and -D, and its errors (a fault, memcheck) with their lines."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+PROGRAMS = pathlib.Path(__file__).parent / "cuda" / "programs"
+SOURCE = PROGRAMS / "sums.cu"
+LINE = next(i for i, text in enumerate(SOURCE.read_text().splitlines(), 1)
+            if "y[i] = SCALE" in text)
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "attnbook.toolchain.program", "run",
+                           *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+OPTIONS = ["-I", str(PROGRAMS / "include"), "-D", "SCALE=2"]
+
+
+def test_a_program_prints_and_exits_as_it_would_on_a_gpu():
+    done = run(*OPTIONS, str(SOURCE), "sum")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"sum {2 * sum(range(999))}\n"
+    assert run(*OPTIONS, str(SOURCE), "status").returncode == 3
+
+
+def test_a_faulting_kernel_ends_the_program_with_its_line():
+    done = run(*OPTIONS, str(SOURCE), "far")
+    assert done.returncode == 1 and done.stdout == ""
+    assert "kernel 'scaled', block (0,0,0), thread (0,0,0): illegal memory access: " \
+           "a write at address" in done.stderr
+    assert "at sums.cu:" in done.stderr
+
+
+@pytest.mark.parametrize("sanitize", [False, True])
+def test_memcheck_finds_a_read_one_past_the_end(sanitize):
+    done = run(*OPTIONS, *(["--sanitize"] if sanitize else []), str(SOURCE), "past")
+    if not sanitize:   # memory the process owns: unseen, as often on a GPU
+        assert done.returncode == 0 and done.stdout.startswith("sum ")
+        return
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"memcheck: invalid __global__ read of size 4 bytes at sums.cu:{LINE} in " \
+           "kernel 'scaled' by thread (103,0,0) in block (7,0,0)" in done.stderr
+    assert "0 bytes past the end of a 4000-byte allocation" in done.stderr
+
+
+def test_build_errors_name_the_line():
+    done = run(str(SOURCE), "sum")   # no -I: launch.cuh is not found
+    assert done.returncode == 1
+    assert "launch.cuh" in done.stderr and "compiling sums.cu failed" in done.stderr
