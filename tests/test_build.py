@@ -15,7 +15,8 @@ from attnbook.toolchain import emulator
 from attnbook.toolchain import KERNEL_DIR, find_nvcc
 
 HERE = pathlib.Path(__file__).parent / "cuda"
-KERNEL_FILES = sorted(KERNEL_DIR.glob("*.cu")) + [HERE / "selftest.cu"]
+KERNEL_FILES = sorted(KERNEL_DIR.glob("*.cu")) + [HERE / "selftest.cu",
+                                                 HERE / "libraries.cu"]
 ARCHS = ["sm_75", "sm_80", "sm_90"]
 
 
@@ -57,6 +58,15 @@ def test_transform_of_shared_declarations():
     assert ("poison_static_shared(&a, sizeof(a))" in out[2]
             and "poison_static_shared(&b, sizeof(b))" in out[2])
     assert "poison_static_shared(&c, sizeof(c))" in out[3]
+
+
+def test_an_alignment_after_shared_moves_before_it():
+    # nvcc takes `__shared__ alignas(16) float t[8];`; after `static thread_local` (the
+    # emulator's __shared__) an alignas would sit among the specifiers, an error in C++.
+    out = emulator.to_cpp("__global__ void k() {\n  __shared__ alignas(16) float t[8];"
+                          "\n  __shared__ __align__(8) int u;\n}\n").splitlines()
+    assert out[1].startswith("  alignas(16) __shared__ float attnbook_shared_t[8];")
+    assert out[2].startswith("  __align__(8) __shared__ int attnbook_shared_u;")
 
 
 def test_unterminated_launch_is_a_compile_error():

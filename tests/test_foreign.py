@@ -149,6 +149,40 @@ def test_error_after_a_multiline_launch_names_its_line():
         ab.compile("foreign_lines", src, "", [], backend="emulator")
 
 
+# ---- what kernels take from CUDA's libraries -----------------------------------------
+LIBRARIES_WRAPPER = r"""
+void launch_block_max(const float*, float*, int);
+int library_types(int);
+void block_max_of(at::Tensor x, at::Tensor out) {
+  launch_block_max(x.data_ptr<float>(), out.data_ptr<float>(), int(out.numel()));
+}
+int64_t library_type(int64_t which) { return library_types(int(which)); }
+"""
+
+
+def test_libcu_and_cublas_headers_as_kernels_online_use_them():
+    ext = ab.compile("libraries", (HERE / "libraries.cu").read_text(), LIBRARIES_WRAPPER,
+                     ["block_max_of", "library_type"], backend="emulator")
+    x = torch.randn(3 * 256, generator=torch.Generator().manual_seed(4))
+    out = torch.zeros(3)
+    for order in emulator.ORDERS:
+        with ab.thread_order(order, seed=2):
+            ext.block_max_of(x, out)
+        torch.testing.assert_close(out, x.view(3, 256).amax(1), rtol=0, atol=0)
+    with ab.sanitize():
+        ext.block_max_of(x, out)
+    # the toolkit's values (CUDA 13's library_types.h, cublas_api.h, cublasLt.h)
+    assert [ext.library_type(i) for i in range(4)] == [0, 68, 36, 0]
+
+
+def test_a_cublas_call_is_a_compile_error_naming_it():
+    src = ("#include <cublas_v2.h>\nvoid gemm(cublasHandle_t h, const float* a, "
+           "float* c) {\n  float one = 1.f;\n  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, "
+           "4, 4, 4, &one, a, 4, a, 4, &one, c, 4);\n}\n")
+    with pytest.raises(ab.CompileError, match=r"cell\.cu:4:.*cublasSgemm"):
+        ab.compile("foreign_cublas", src, "", [], backend="emulator")
+
+
 # ---- a whole torch extension file ---------------------------------------------------
 def test_load_extension_runs_a_torch_extension_file():
     mod = ab.load_extension(HERE / "rowsoftmax_ext.cu", backend="emulator")

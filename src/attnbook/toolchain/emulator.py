@@ -211,6 +211,8 @@ _EXTERN_SHARED = re.compile(
     r"([A-Za-z_][\w:<>, ]*?[\w>])\s+" + _ALIGN +
     r"([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 _STATIC_SHARED = re.compile(r"(?<!\w)__shared__(?!\w)([^;]*);")
+_LEADING_ALIGN = re.compile(r"\s*((?:(?:__align__|alignas)\s*\((?:[^()]|\([^()]*\))*\)"
+                            r"\s*)+)")
 
 
 def _extern_shared(code: str) -> str:
@@ -250,6 +252,11 @@ def _static_shared(code: str, masked: str) -> str:
             # namespace scope: no statement may follow, and no block to poison for
             continue
         decl = code[m.start(1):m.end(1)]
+        # An alignment written after __shared__ goes before it: after `static
+        # thread_local` it would sit among the specifiers, which C++ forbids.
+        lead = _LEADING_ALIGN.match(decl)
+        head = f"{lead.group(1)}__shared__ " if lead else "__shared__"
+        decl = decl[lead.end():] if lead else decl
         spans = _declared_spans(decl)
         names = [decl[a:b] for a, b in spans]
         for a, _ in reversed(spans):
@@ -257,7 +264,7 @@ def _static_shared(code: str, masked: str) -> str:
         text = decl + ";" + "".join(
             f" auto& {n} = *::attnbook_emu::opaque(&attnbook_shared_{n});"
             f" ::attnbook_emu::poison_static_shared(&{n}, sizeof({n}));" for n in names)
-        edits.append((m.start(1), m.end(), text))
+        edits.append((m.start(), m.end(), head + text))
     for start, end, text in reversed(edits):
         code = code[:start] + text + code[end:]
     return code
