@@ -15,8 +15,8 @@ from attnbook.toolchain import emulator
 from attnbook.toolchain import KERNEL_DIR, find_nvcc
 
 HERE = pathlib.Path(__file__).parent / "cuda"
-KERNEL_FILES = sorted(KERNEL_DIR.glob("*.cu")) + [HERE / "selftest.cu",
-                                                 HERE / "libraries.cu"]
+KERNEL_FILES = sorted(KERNEL_DIR.glob("*.cu")) + [
+    HERE / name for name in ("selftest.cu", "libraries.cu", "ptx_probe.cu")]
 ARCHS = ["sm_75", "sm_80", "sm_90"]
 
 

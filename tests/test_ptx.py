@@ -88,6 +88,24 @@ def test_small_instructions(ext):
     assert torch.equal(out[:, 7], torch.where(lane < 16, 1.0, -1.0))
 
 
+def test_128_bit_registers_load_move_and_store(ext):
+    x = torch.randint(-2**62, 2**62, (64,), generator=torch.Generator().manual_seed(5))
+    out = torch.zeros(64, dtype=torch.int64)
+    ext.run("b128", [x, out], 0)
+    assert torch.equal(out, x.view(32, 2).flip(1).flatten())
+
+
+def test_an_unsupported_instruction_in_a_header_names_the_header_and_its_line(tmp_path):
+    (tmp_path / "helpers.cuh").write_text(
+        '#pragma once\n__device__ void fence() {\n'
+        '  asm volatile("wgmma.fence.sync.aligned;");\n}\n')
+    src = '#include "helpers.cuh"\n__global__ void k() { fence(); }\n'
+    with pytest.raises(ab.CompileError, match=r"line 3 of helpers\.cuh: inline PTX "
+                                              r"'wgmma\.fence\.sync\.aligned'"):
+        ab.compile("ptx_in_header", src, "", [], backend="emulator",
+                   include_dirs=[tmp_path])
+
+
 def test_scalar_arithmetic(ext):
     a, b, c = 0x12345678, 0x9ABCDEF0 - 2**32, 0x0F0F0F0F
     x, y = 1.5, -2.25

@@ -97,8 +97,9 @@ __global__ void ldmatrix_probe(const unsigned short* m, uint32_t* out) {
   else if constexpr (!Trans)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row));
-  else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+  else   // literals joined with no space between opcode and operands, as ptxas takes
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+                 "{%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row));
   for (int i = 0; i < 4; ++i) out[4 * lane + i] = r[i];
 }
@@ -237,6 +238,19 @@ __global__ void named_barrier_race(const float* in, float* out) {
   }
 }
 
+// 128-bit registers: each lane loads 16 bytes with ld.global.b128, unpacks them into
+// two 64-bit halves with mov.b128, swaps the halves, packs them again and stores them
+// with st.global.b128 (PTX ISA 8.3, sm_70).
+__global__ void b128_probe(const uint64_t* in, uint64_t* out) {
+  const uint64_t* src = in + 2 * threadIdx.x;
+  uint64_t* dst = out + 2 * threadIdx.x;
+  asm volatile("{ .reg .b128 t; .reg .b64 lo, hi;\n"
+               "  ld.global.b128 t, [%0];\n"
+               "  mov.b128 {lo, hi}, t;\n"
+               "  mov.b128 t, {hi, lo};\n"
+               "  st.global.b128 [%1], t; }\n" :: "l"(src), "l"(dst) : "memory");
+}
+
 void launch(const char* w, void* p0, void* p1, void* p2, void* p3, int a0) {
   auto u = [](void* p) { return static_cast<uint32_t*>(p); };
   auto f = [](void* p) { return static_cast<float*>(p); };
@@ -255,4 +269,6 @@ void launch(const char* w, void* p0, void* p1, void* p2, void* p3, int a0) {
                                               static_cast<int*>(p1));
   else if (k == "named_barriers") named_barriers<<<1, 96>>>(f(p0), f(p1), a0);
   else if (k == "named_barrier_race") named_barrier_race<<<1, 96>>>(f(p0), f(p1));
+  else if (k == "b128") b128_probe<<<1, 32>>>(static_cast<const uint64_t*>(p0),
+                                             static_cast<uint64_t*>(p1));
 }

@@ -14,14 +14,16 @@ with the asm's operands as arguments, following the PTX ISA:
 * ``cvta`` to and from the shared state space (32-bit shared addresses), ``cvt``
   between integer widths and to f16/bf16, ``mov`` (registers, ``%laneid``, ``%tid``…,
   packing and unpacking), ``ld``/``st`` shared, global or generic, scalar or
-  ``.v2``/``.v4``, ``ex2.approx`` and the other approximate f32 functions,
+  ``.v2``/``.v4``, ``.b128`` registers (``mov``, ``ld``, ``st``), ``ex2.approx`` and
+  the other approximate f32 functions,
   ``shfl.sync``, named barriers (``bar.sync``/``bar.arrive`` id, thread count), ``setp``
   with ``@p`` predicates, ``.reg`` temporaries, fences and prefetches (nothing to do on
   the emulator), scalar arithmetic (``add``, ``sub``, ``mul`` .lo/.hi/.wide, ``mad``,
   ``fma.rn``, ``min``, ``max``, ``div``, ``neg``, ``abs``, bitwise, shifts, ``lop3``,
   ``prmt``) in round-to-nearest.
 
-Any other instruction is a :class:`SyntaxError` naming it (``compile`` reports it as a
+Any other instruction is a :class:`SyntaxError` naming it and its line, in the header
+it was written in where it came from one (``compile`` reports it as a
 ``CompileError``): an asm statement never compiles into nothing.
 """
 from __future__ import annotations
@@ -47,7 +49,8 @@ _CTYPE = {"b8": "uint8_t", "u8": "uint8_t", "s8": "int8_t", "b16": "uint16_t",
           "u16": "uint16_t", "s16": "int16_t", "f16": "uint16_t", "bf16": "uint16_t",
           "b32": "uint32_t", "u32": "uint32_t", "s32": "int32_t", "f32": "float",
           "f16x2": "uint32_t", "bf16x2": "uint32_t", "b64": "uint64_t",
-          "u64": "uint64_t", "s64": "int64_t", "f64": "double", "pred": "bool"}
+          "u64": "uint64_t", "s64": "int64_t", "f64": "double", "pred": "bool",
+          "b128": "::attnbook_emu::ptx::b128"}
 _SPECIAL = {"laneid": f"{_E}laneid()", "warpsize": "32u"} | {
     f"{n}.{d}": f"{b}.{d}" for n, b in (("tid", "threadIdx"), ("ntid", "blockDim"),
                                         ("ctaid", "blockIdx"), ("nctaid", "gridDim"))
@@ -193,7 +196,9 @@ class _Asm:
             return f"if ({'!' if guard.group(1) else ''}{cond}) {{ {body} }}"
         if stmt.startswith(".reg"):
             return self.declare(stmt)
-        opcode, rest = re.match(r"(\S+)\s*(.*)", stmt, re.S).groups()
+        # The opcode ends where its operands begin, space or not: literals joined as
+        # "ldmatrix...b16" "{%0, %1}, [%2];" read "b16{%0".
+        opcode, rest = re.match(r"([\w.:]+)\s*(.*)", stmt, re.S).groups()
         ops = [rest[a:b].strip() for a, b in _split(rest, rest, ",")] if rest.strip() \
             else []
         parts = opcode.split(".")
@@ -332,11 +337,11 @@ class _Asm:
         if len(dst) == len(src) == 1:
             return self.put(ops[0], f"{_CTYPE[t]}({self.read(ops[1], _kind(t))})")
         half = width // max(len(dst), len(src))
-        part = {8: "uint8_t", 16: "uint16_t", 32: "uint32_t"}.get(half)
+        part = {8: "uint8_t", 16: "uint16_t", 32: "uint32_t", 64: "uint64_t"}.get(half)
         if part is None:
             raise _Unsupported(opcode)
-        whole = "uint64_t" if width == 64 else "uint32_t"
-        pk = "u16" if half == 16 else "u32"
+        whole = _CTYPE[f"b{width}"]
+        pk = _kind(f"b{half}")
         if len(dst) == 1:                      # pack: the first element is the low one
             value = " | ".join(f"({whole}({part}({self.read(s, pk)})) << {half * i})"
                                for i, s in enumerate(src))
@@ -470,7 +475,20 @@ class _Asm:
 def _kind(t: str) -> str:
     """How to read a register of PTX type ``t``."""
     return {"f32": "f32", "f64": "f64"}.get(t, "u64" if t.endswith("64") else
+                                            "u128" if t.endswith("128") else
                                             "u16" if t.endswith("16") else "u32")
+
+
+def _where(code: str, pos: int) -> str:
+    """"line N" of ``pos`` in ``code``, or "line N of file" past a ``#line N "file"``
+    marker (a header pasted in by emulator.inline_headers)."""
+    marker = None
+    for marker in re.finditer(r'^#line (\d+) "([^"]*)"[^\n]*\n', code[:pos], re.M):
+        pass
+    if marker is None:
+        return f"line {code.count(chr(10), 0, pos) + 1}"
+    line = int(marker.group(1)) + code.count("\n", marker.end(), pos)
+    return f"line {line} of {marker.group(2)}"
 
 
 def to_cpp(code: str) -> str:
@@ -486,14 +504,14 @@ def to_cpp(code: str) -> str:
             depth += (masked[i] == "(") - (masked[i] == ")")
             i += 1
         body = code[m.end():i - 1]
-        line = code.count("\n", 0, m.start()) + 1
+        where = _where(code, m.start())
         try:
             cpp = _Asm(body, masked[m.end():i - 1]).cpp()
         except _Unsupported as e:
-            raise SyntaxError(f"line {line}: inline PTX '{e}' is not supported by the "
+            raise SyntaxError(f"{where}: inline PTX '{e}' is not supported by the "
                               f"emulator (it runs: {', '.join(SUPPORTED)})") from None
         except KeyError as e:
-            raise SyntaxError(f"line {line}: inline PTX names no operand {e}") from None
+            raise SyntaxError(f"{where}: inline PTX names no operand {e}") from None
         out += [code[last:m.start()],
                 f"do {{ {cpp} }} while (0)" + "\n" * body.count("\n")]
         last = i

@@ -26,6 +26,8 @@ inline To bits(const T& v) {
 template <class T> inline uint16_t u16(const T& v) { return bits<uint16_t>(v); }
 template <class T> inline uint32_t u32(const T& v) { return bits<uint32_t>(v); }
 template <class T> inline uint64_t u64(const T& v) { return bits<uint64_t>(v); }
+using b128 = unsigned __int128;   // a .b128 register
+template <class T> inline b128 u128(const T& v) { return bits<b128>(v); }
 template <class T> inline float f32(const T& v) { return bits<float>(v); }
 template <class T> inline double f64(const T& v) { return bits<double>(v); }
 
