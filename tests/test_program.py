@@ -3,6 +3,7 @@
 output, exit status, -I and -D, and its errors (a fault, memcheck) with their lines."""
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -48,6 +49,16 @@ def test_memcheck_finds_a_read_one_past_the_end(sanitize):
     assert f"memcheck: invalid __global__ read of size 4 bytes at sums.cu:{LINE} in " \
            "kernel 'scaled' by thread (103,0,0) in block (7,0,0)" in done.stderr
     assert "0 bytes past the end of a 4000-byte allocation" in done.stderr
+
+
+def test_memcheck_names_a_use_after_free():
+    done = run(*OPTIONS, "--sanitize", str(SOURCE), "freed")
+    assert done.returncode == 1
+    assert f"memcheck: invalid __global__ read of size 4 bytes at sums.cu:{LINE}" \
+        in done.stderr
+    assert "is in a 4194304-byte allocation at 0xADDRESS that was freed before this " \
+           "access (a use after free)" in re.sub(r"0x[0-9a-f]+", "0xADDRESS",
+                                                 done.stderr)
 
 
 def test_build_errors_name_the_line():

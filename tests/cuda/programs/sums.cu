@@ -1,7 +1,9 @@
 // A CUDA program as one is written for nvcc: its own main(), cudaMalloc, cudaMemcpy, a
 // launch (through a helper of "launch.cuh", found with -I). argv[1] chooses what it
 // does: "sum" prints the sum of 0..n-1 times SCALE (-D), "status" exits with 3, "far"
-// writes far out of bounds, "past" reads one element past the end.
+// writes far out of bounds, "past" reads one element past the end, "freed" reads x
+// after freeing it (4 MiB then: memory malloc gives back to the system, which no later
+// allocation of the program or the emulator can reuse before the kernel reads it).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,16 +24,18 @@ int main(int argc, char** argv) {
                     !std::strcmp(mode, "past") ? 1 : 0;
   float host[n];
   for (int i = 0; i < n; ++i) host[i] = float(i);
+  const bool freed = !std::strcmp(mode, "freed");
   float *x, *y;
-  cudaMalloc(&x, n * sizeof(float));
+  cudaMalloc(&x, (freed ? 1 << 20 : n) * sizeof(float));
   cudaMalloc(&y, n * sizeof(float));
   cudaMemcpy(x, host, sizeof host, cudaMemcpyHostToDevice);
+  if (freed) cudaFree(x);
   launch_scaled(x, y, n, reach);
   cudaMemcpy(host, y, sizeof host, cudaMemcpyDeviceToHost);
   double sum = 0;
   for (int i = 0; i < n - 1; ++i) sum += host[i];
   printf("sum %.0f\n", sum);
-  cudaFree(x);
+  if (!freed) cudaFree(x);
   cudaFree(y);
   return 0;
 }

@@ -70,6 +70,7 @@ struct Session {
   int mode = 0;
   std::mutex m;
   std::vector<Span> allocations;   // sorted, disjoint
+  std::vector<Span> freed;         // freed during the call, the latest last (a few)
   std::vector<Span> module_data;   // this extension's writable and read-only data
   uintptr_t module_base = 0;
   std::vector<LaunchInfo> launches;
@@ -89,8 +90,19 @@ ATTNBOOK_UNCHECKED inline void note_allocation(const void* p, size_t bytes) {
   std::lock_guard<std::mutex> lock(s.m);
   auto a = reinterpret_cast<uintptr_t>(p);
   auto it = std::lower_bound(s.allocations.begin(), s.allocations.end(), Span{a, a});
-  if (it != s.allocations.end() && it->lo == a) s.allocations.erase(it);
-  if (bytes) s.allocations.insert(
+  if (it != s.allocations.end() && it->lo == a) {
+    if (!bytes) {   // remembered, to name a use after free
+      if (s.freed.size() == 1024) s.freed.erase(s.freed.begin());
+      s.freed.push_back(*it);
+    }
+    s.allocations.erase(it);
+  }
+  if (!bytes) return;
+  // memory used again is no longer freed memory
+  s.freed.erase(std::remove_if(s.freed.begin(), s.freed.end(), [&](const Span& f) {
+                  return f.lo < a + bytes && a < f.hi;
+                }), s.freed.end());
+  s.allocations.insert(
       std::lower_bound(s.allocations.begin(), s.allocations.end(), Span{a, a}),
       Span{a, a + bytes});
 }
@@ -456,6 +468,14 @@ enum Bad { kDynamicPastEnd, kStaticShared, kGuard, kOtherStack, kGlobalMemory };
     case kOtherStack:
       stop(r, kind, "__local__", n, a, pc, "is in the stack of another thread");
     default:
+      for (auto f = session().freed.rbegin(); f != session().freed.rend(); ++f)
+        if (a < f->hi && a + n > f->lo) {
+          char buf[160];
+          std::snprintf(buf, sizeof buf, "is in a %zu-byte allocation at 0x%llx that "
+                        "was freed before this access (a use after free)",
+                        size_t(f->hi - f->lo), (unsigned long long)f->lo);
+          stop(r, kind, "__global__", n, a, pc, buf);
+        }
       d = nearest(session().allocations, a, n, "a %zu-byte allocation");
       stop(r, kind, "__global__", n, a, pc,
            d.empty() ? "is not in any allocation" : "is out of bounds: " + d);
@@ -590,6 +610,7 @@ ATTNBOOK_ENTRY void attnbook_checked_begin(int64_t mode, const int64_t* spans,
     std::lock_guard<std::mutex> lock(s.m);
     s.mode = int(mode);
     s.allocations.clear();
+    s.freed.clear();
     s.launches.clear();
     s.counts.clear();
   }
