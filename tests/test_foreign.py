@@ -175,6 +175,25 @@ def test_libcu_and_cublas_headers_as_kernels_online_use_them():
     assert [ext.library_type(i) for i in range(4)] == [0, 68, 36, 0]
 
 
+def test_a_wrapper_allocates_with_at_empty_and_at_zeros():
+    src = ("__global__ void twice(const float* x, float* y, int n) {\n"
+           "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "  if (i < n) y[i] = 2.f * x[i];\n}\n"
+           "void launch_twice(const float* x, float* y, int n) {\n"
+           "  twice<<<(n + 63) / 64, 64>>>(x, y, n);\n}\n")
+    wrapper = ("void launch_twice(const float*, float*, int);\n"
+               "std::vector<at::Tensor> twice_of(at::Tensor x) {\n"
+               "  at::Tensor y = at::empty_like(x), z = at::zeros({3}, x.options());\n"
+               "  at::Tensor w = at::empty({2}, x.options()), v = at::zeros_like(x);\n"
+               "  launch_twice(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());\n"
+               "  return {y, z, w, v};\n}\n")
+    ext = ab.compile("foreign_empty", src, wrapper, ["twice_of"], backend="emulator")
+    x = torch.arange(100.)
+    y, z, w, v = ext.twice_of(x)
+    assert torch.equal(y, 2 * x) and torch.equal(z, torch.zeros(3))
+    assert w.shape == (2,) and torch.equal(v, torch.zeros(100))
+
+
 def test_a_cublas_call_is_a_compile_error_naming_it():
     src = ("#include <cublas_v2.h>\nvoid gemm(cublasHandle_t h, const float* a, "
            "float* c) {\n  float one = 1.f;\n  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, "

@@ -3,6 +3,10 @@
 // the Tensor class, not torch/extension.h (which alone takes ~20 s to compile).
 #pragma once
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>        // at::empty, at::zeros... for outputs and workspaces
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/utils/pybind.h>
 
