@@ -194,6 +194,32 @@ def test_a_wrapper_allocates_with_at_empty_and_at_zeros():
     assert w.shape == (2,) and torch.equal(v, torch.zeros(100))
 
 
+def test_a_header_named_h_is_transformed_too(tmp_path):
+    # A project's common.h: a launch and inline PTX, included by the kernel text and by
+    # the wrapper (which sees it once, as with #pragma once).
+    (tmp_path / "common.h").write_text(
+        "#pragma once\n"
+        "struct Sizes { int n; };\n"
+        "__device__ inline unsigned lane_id() {\n"
+        "  unsigned l;\n  asm volatile(\"mov.u32 %0, %%laneid;\" : \"=r\"(l));\n"
+        "  return l;\n}\n"
+        "__global__ void lanes(int* out, Sizes s);\n"
+        "inline void launch_lanes(int* out, Sizes s) {\n"
+        "  lanes<<<(s.n + 31) / 32, 32>>>(out, s);\n}\n")
+    src = ('#include "common.h"\n'
+           "__global__ void lanes(int* out, Sizes s) {\n"
+           "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "  if (i < s.n) out[i] = lane_id();\n}\n")
+    wrapper = ('#include "common.h"\n'
+               "void lanes_of(at::Tensor out) {\n"
+               "  launch_lanes(out.data_ptr<int>(), Sizes{int(out.numel())});\n}\n")
+    ext = ab.compile("foreign_common_h", src, wrapper, ["lanes_of"], backend="emulator",
+                     include_dirs=[tmp_path])
+    out = torch.zeros(70, dtype=torch.int32)
+    ext.lanes_of(out)
+    assert torch.equal(out, torch.arange(70, dtype=torch.int32) % 32)
+
+
 def test_a_cublas_call_is_a_compile_error_naming_it():
     src = ("#include <cublas_v2.h>\nvoid gemm(cublasHandle_t h, const float* a, "
            "float* c) {\n  float one = 1.f;\n  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, "

@@ -203,11 +203,14 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
     header = '#include "attnbook_torch.h"\n'
     wrapper_text = f'#line 1 "wrapper"\n{wrapper}\n'
     if backend == "emulator":
+        seen = set()   # a header pasted into the kernel text is not pasted again
         try:
             kernel_text = ptx.to_cpp(emulator.to_cpp(
-                emulator.inline_headers(cuda, src_name, search)))
+                emulator.inline_headers(cuda, src_name, search, seen)))
         except SyntaxError as e:
             raise CompileError(f"{src_name}: {e}") from None
+        pasted = emulator.inline_headers(wrapper, "wrapper", search, seen)
+        wrapper_text = f'#line 1 "wrapper"\n{pasted}\n'
         cpp = [header + '#include "cuda_emulator.h"\n' + f'#line 1 "{src_name}"\n'
                + kernel_text + "\n" + wrapper_text]
         cu, target, includes = [], "the CPU emulator", [EMULATOR_DIR]

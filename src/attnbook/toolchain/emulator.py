@@ -14,9 +14,10 @@ rewrites them without moving any line:
 A host variable named like a built-in (``dim3 gridDim(…)``) is renamed in its scope,
 the built-ins being macros. Inline PTX is rewritten by :mod:`.ptx`.
 
-Kernels shared between files live in ``.cuh`` headers; :func:`inline_headers` pastes
-those into the source first (with ``#line`` markers, so errors still name the header's
-own lines), so that their launches and shared memory are rewritten too.
+Kernels shared between files live in headers; :func:`inline_headers` pastes the ones
+found in the reader's folders, whatever their extension, into the source first (with
+``#line`` markers, so errors still name the header's own lines), so that their launches
+and shared memory are rewritten too.
 
 :func:`thread_order` chooses the order in which the threads of a block run between two
 barriers (also settable with the environment variable ``ATTNBOOK_THREAD_ORDER``).
@@ -347,16 +348,16 @@ def _launches(code: str) -> str:
         code = code[:start] + head + code[open_ + 3:close] + ")" + code[close + 3:]
 
 
-_LOCAL_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([\w./-]+\.cuh?)"[^\n]*$',
-                           re.M)
+_LOCAL_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([\w./-]+)"[^\n]*$', re.M)
 
 
-def inline_headers(source: str, name: str, folders, _seen=None) -> str:
-    """``source`` with every ``#include "x.cuh"`` (or ``.cu``) found in ``folders``
-    (searched in order) replaced by the header's text, recursively and once each
-    (``#pragma once``). Other headers are left to the compiler's include path."""
+def inline_headers(source: str, name: str, folders, seen=None) -> str:
+    """``source`` with every ``#include "x"`` found in ``folders`` (searched in order),
+    whatever its extension, replaced by the header's text, recursively and once each
+    (``#pragma once``; ``seen``, a set, carries that over to another text of the same
+    translation unit). Other headers are left to the compiler's include path."""
     folders = [folders] if isinstance(folders, (str, os.PathLike)) else list(folders)
-    seen = set() if _seen is None else _seen
+    seen = set() if seen is None else seen
     out, last = [], 0
     for m in _LOCAL_HEADER.finditer(source):
         path = next((pathlib.Path(f) / m.group(1) for f in folders
