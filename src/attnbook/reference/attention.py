@@ -51,12 +51,17 @@ def attention_reference(q, k, v, *, scale=None, causal=False, attn_mask=None,
 
     qf, kf, vf = (t.to(work) for t in (q, expand_kv(k, h), expand_kv(v, h)))
     s = (qf @ kf.transpose(-1, -2)) * scale
+    finite = bool(torch.isfinite(s).all())
     bias = masks.bias(b, h, sq, sk, attn_mask=attn_mask, causal=causal, stride=stride,
                       window=window, key_lengths=key_lengths, dtype=work,
                       device=q.device)
-    # A masked key is absent: its score is -inf whatever q·k is (NaN, with an inf in q
-    # or k, would otherwise survive the mask).
-    s = torch.where(bias == -math.inf, -math.inf, s + bias)
+    # A masked key is absent: its score is -inf whatever q·k is (a NaN in q·k, or an
+    # inf meeting the mask's -inf, would otherwise survive the mask).
+    absent = None if finite else bias == -math.inf
+    s = s + bias
+    del bias
+    if absent is not None:
+        s = s.masked_fill(absent, -math.inf)
     m = s.amax(dim=-1, keepdim=True)
     m_safe = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
     p = torch.exp(s - m_safe)
