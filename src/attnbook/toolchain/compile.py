@@ -235,9 +235,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                                           "HALF2_OPERATORS", "BFLOAT16_CONVERSIONS")]
     key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, cuda, *cflags,
                                     *cuda_flags, *functions,
-                                    *(p.read_text()
-                                      for p in sorted(EMULATOR_DIR.rglob("*"))
-                                      if p.is_file()),
+                                    *emulator_headers(),
                                     (INCLUDE_DIR / "attnbook_torch.h").read_text(),
                                     torch.__version__]).encode()).hexdigest()[:12]
     full_name = f"{name}_{'checked' if checked else backend}_{key}"
@@ -331,13 +329,25 @@ def _build_lock(full_name: str, verbose: bool):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _write_kernel_file(full_name: str, src_name: str, text: str, verbose: bool) -> None:
-    """Put the kernel text in ``<build dir>/kernel/<src_name>``, rewriting it only when
-    it changed, so that its time stamp, and with it ninja's verdict, stays put."""
-    path = build_directory(full_name, verbose) / KERNEL_SUBDIR / src_name
+def emulator_headers() -> list[str]:
+    """The text of every header of the emulator: part of each build's cache key, so that
+    a changed header rebuilds what includes it."""
+    return [p.read_text() for p in sorted(EMULATOR_DIR.rglob("*")) if p.is_file()]
+
+
+def write_if_changed(path: pathlib.Path, text: str) -> str:
+    """Write ``text`` to ``path`` unless it holds it already, so that the file's time
+    stamp, and with it ninja's verdict, stays put; returns the path as a string."""
     if not path.is_file() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+    return str(path)
+
+
+def _write_kernel_file(full_name: str, src_name: str, text: str, verbose: bool) -> None:
+    """Put the kernel text in ``<build dir>/kernel/<src_name>``."""
+    folder = build_directory(full_name, verbose) / KERNEL_SUBDIR
+    write_if_changed(folder / src_name, text)
 
 
 _package_modules = {}

@@ -29,7 +29,8 @@ from . import emulator, ptx
 from .compile import (BACKENDS, CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR, INCLUDE_DIR,
                       CompileError, _arch_list, _arch_number, _build_lock,
                       _device_arch, _short_error, build_directory, cpp_extension,
-                      default_backend, quiet_build)
+                      default_backend, emulator_headers, quiet_build,
+                      write_if_changed)
 
 __all__ = ["load_extension"]
 
@@ -144,14 +145,11 @@ class Build:
                               *self.cflags, *(CHECKED_FLAGS if checked else ())]
         full = f"{self.name}_{'checked' if checked else 'emulator'}_" + _key(
             *(t for pair in texts for t in pair), *cflags, torch.__version__,
-            *(p.read_text() for p in sorted(EMULATOR_DIR.rglob("*")) if p.is_file()))
+            *emulator_headers())
         folder = build_directory(full, self.verbose)
-        paths = []
-        for text, file_name in texts:
-            path = folder / (file_name + (".cpp" if file_name.endswith(".cu") else ""))
-            if not path.is_file() or path.read_text() != text:
-                path.write_text(text)
-            paths.append(str(path))
+        # a .cu file as name.cu.cpp: C++ for the host compiler
+        paths = [write_if_changed(folder / f"{name}.cpp" if name.endswith(".cu")
+                                  else folder / name, text) for text, name in texts]
         includes = [EMULATOR_DIR, INCLUDE_DIR, *self.folders]
         return self._load(full, paths, cflags, [], includes, "the CPU emulator")
 
@@ -160,12 +158,7 @@ class Build:
                                             arch, *self.cflags, *self.cuda_cflags,
                                             torch.__version__)
         folder = build_directory(full, self.verbose)
-        paths = []
-        for text, file_name in self.files:
-            path = folder / file_name
-            if not path.is_file() or path.read_text() != text:
-                path.write_text(text)
-            paths.append(str(path))
+        paths = [write_if_changed(folder / name, text) for text, name in self.files]
         with emulator._environ("TORCH_CUDA_ARCH_LIST", _arch_list(arch)):
             return self._load(full, paths, ["-O2", *self.cflags],
                               ["-O3", *self.cuda_cflags], self.folders, arch)

@@ -29,7 +29,7 @@ import torch
 from . import emulator, ptx, sanitizer
 from .compile import (CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR, INCLUDE_DIR,
                       CompileError, _arch_number, _build_lock, _short_error,
-                      build_directory, cpp_extension)
+                      build_directory, cpp_extension, emulator_headers)
 
 __all__ = ["build", "run", "main"]
 
@@ -67,9 +67,8 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
         lib = cpp_extension.library_paths()[0]
         flags += [*CHECKED_FLAGS, "-DATTNBOOK_PROGRAM_CHECKS=3"]
         libraries = [f"-L{lib}", "-lc10", f"-Wl,-rpath,{lib}", *libraries]
-    key = hashlib.sha256("\0".join([cpp, *flags, *libraries, torch.__version__, *(
-        p.read_text() for p in sorted(EMULATOR_DIR.rglob("*")) if p.is_file())])
-        .encode()).hexdigest()[:12]
+    key = hashlib.sha256("\0".join([cpp, *flags, *libraries, torch.__version__,
+                                    *emulator_headers()]).encode()).hexdigest()[:12]
     name = re.sub(r"\W", "_", path.stem)
     full = f"program_{name}_{'checked' if sanitize else 'emulator'}_{key}"
     folder = build_directory(full, verbose)
