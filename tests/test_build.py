@@ -217,6 +217,66 @@ def test_ptxas_report_has_the_numbers_a_chapter_shows():
     assert r["shared_bytes"] == 256 * 4 and r["spill_stores"] == 0
 
 
+# ---- the package's extensions: one registry, the C++ in C++ files --------------------
+WRAPPERS = sorted(KERNEL_DIR.glob("*_wrapper.cpp"))
+# The kernels' plain structs and launcher prototypes: host code that needs no torch.
+HOST_HEADERS = [p for p in sorted(KERNEL_DIR.glob("*.h"))
+                if "attnbook_torch.h" not in p.read_text()]
+
+
+def test_the_registry_names_every_wrapper_and_what_it_binds():
+    from attnbook.ops.registry import EXTENSIONS
+    assert sorted(e.wrapper for e in EXTENSIONS) == [p.name for p in WRAPPERS]
+    assert len({e.name for e in EXTENSIONS}) == len(EXTENSIONS)
+    for e in EXTENSIONS:
+        assert (KERNEL_DIR / e.kernel).is_file(), e.name
+        assert hasattr(torch.ops.attnbook, e.op), e.name
+        for fn in e.functions:
+            assert re.search(rf"\b{fn}\b", ab.kernel_source(e.wrapper)), (e.name, fn)
+
+
+def test_the_readme_shows_the_registry():
+    from attnbook.ops.registry import markdown_table
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    assert markdown_table() in readme
+
+
+def test_the_ops_hold_no_cpp():
+    for path in (KERNEL_DIR.parent / "ops").glob("*.py"):
+        text = path.read_text()
+        assert "TORCH_CHECK" not in text and "#include" not in text, path.name
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc (CUDA toolkit) not installed")
+@pytest.mark.parametrize("path", HOST_HEADERS, ids=lambda p: p.name)
+def test_a_host_header_compiles_by_itself(path, tmp_path):
+    import subprocess
+    (tmp_path / "one.cpp").write_text(f'#include "{path.name}"\n')
+    run = subprocess.run([find_nvcc(), "-c", "-std=c++17", f"-I{KERNEL_DIR}", "-o",
+                          str(tmp_path / "one.o"), str(tmp_path / "one.cpp")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, f"{path.name}: nvcc failed\n{run.stderr[-3000:]}"
+
+
+@pytest.mark.skipif(find_nvcc() is None or torch.version.cuda is None,
+                    reason="needs nvcc and a CUDA build of torch (CI's colab job has "
+                           "both); the emulator builds every wrapper everywhere")
+@pytest.mark.parametrize("path", WRAPPERS, ids=lambda p: p.name)
+def test_a_wrapper_compiles_by_itself_for_the_cuda_back_end(path, tmp_path):
+    """Each wrapper includes what it uses, torch's headers first (a kernel struct named
+    like one of torch's, seen first, makes torch's headers ambiguous), and compiles
+    against the CUDA side of attnbook_torch.h, which the emulator never reads."""
+    import subprocess
+    import sysconfig
+    from torch.utils import cpp_extension
+    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"],
+                str(ab.toolchain.INCLUDE_DIR), str(KERNEL_DIR)]
+    run = subprocess.run([find_nvcc(), "-c", "-std=c++20", "-arch=sm_80",
+                          *(f"-I{p}" for p in includes), "-o", str(tmp_path / "w.o"),
+                          str(path)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"{path.name}: nvcc failed\n{run.stderr[-3000:]}"
+
+
 # ---- the extension cache: a new process loads what an earlier one built --------------
 def test_cached_extension_loads_in_a_new_process_without_rebuilding(tmp_path):
     import os

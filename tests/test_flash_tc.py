@@ -10,7 +10,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attnbook as ab
 from attnbook.ops import flash_tc
-from attnbook.toolchain.compile import package_module
 
 NAN, INF = float("nan"), float("inf")
 DTYPES = [torch.float16, torch.bfloat16]
@@ -201,8 +200,7 @@ def test_layouts(device):
 def test_the_wrapper_refuses_misaligned_rows(device):
     """The kernels' 16-byte copies never see a misaligned row, even past the Python
     side."""
-    module = package_module(*flash_tc.EXTENSIONS[0],
-                            "cuda" if device == "cuda" else "emulator")
+    module = ab.ops.extension("flash_tc").module(device)
     odd = torch.randn(1 * 2 * 9 * 64 + 1).half().to(device)[1:].view(1, 2, 9, 64)
     none = torch.empty(0, device=device)
     with pytest.raises(RuntimeError, match="16 bytes"):

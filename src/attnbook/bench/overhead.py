@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from ..ops import attention
-from ..ops.flash import FLASH_FP32_TILES, _module, flash_forward
+from ..ops.flash import FLASH_FP32_TILES, flash_forward
+from ..ops.registry import extension
 from .emulator_speed import timed
 
 
@@ -27,7 +28,7 @@ def _median_us(fn) -> float:
 def measure(device="cpu") -> dict:
     q = torch.randn(1, 1, 1, 32, device=device)
     none = q.new_empty(0)
-    ext = _module(q.device)
+    ext = extension("flash_fp32").module(q.device)
     args = (False, 0, 0, 32 ** -0.5, *FLASH_FP32_TILES)
     return {
         "extension function (kernel + pybind)": _median_us(

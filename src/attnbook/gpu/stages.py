@@ -227,10 +227,9 @@ def environment(path: pathlib.Path) -> int:
 
 
 def _build_one(ext) -> tuple[str, float]:
-    from ..toolchain.compile import package_module
     t0 = time.monotonic()
-    package_module(*ext, "cuda")
-    return ext[0], time.monotonic() - t0
+    ext.module("cuda")
+    return ext.name, time.monotonic() - t0
 
 
 def build(workers: int) -> int:

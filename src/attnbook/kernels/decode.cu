@@ -33,6 +33,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "decode.h"
 #include "kv_cache.cuh"
 #include "layout.h"
 #include "max_nan.cuh"

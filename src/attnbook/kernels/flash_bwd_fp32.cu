@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "flash_bwd_fp32.h"
 #include "mask.cuh"
 
 // p = exp(s − L) for a masked score s; 0 for a masked key or a row with no key at all.

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "flash_fp32.h"
 #include "layout.h"
 #include "mask.cuh"
 #include "max_nan.cuh"

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "flash_tc.h"
 #include "flash_tc_4_pipeline.cuh"
 
 template <class T, int D, int Bc, int Warps>
@@ -34,9 +35,6 @@ constexpr int tc_smem_bytes() {
   else
     return pipeline_bytes<D, Bc, Warps, Step == 5>();
 }
-
-// What flash_tc_forward reports: launched, or why not.
-enum TcStatus { kTcLaunched = 0, kTcNotCompiled, kTcArch, kTcSharedMemory };
 
 // The GPU can run this launch: mma.sync m16n8k8 needs sm_75, bf16 operands sm_80, and
 // the shared memory must fit (the opt-in fails past the device's per-block limit).
@@ -76,12 +74,12 @@ static TcStatus launch(const void* q, const void* k, const void* v, void* o, flo
   return kTcLaunched;
 }
 
-// bf16: false for fp16. Returns a TcStatus: 0 if launched.
-int flash_tc_forward(bool bf16, int step, const void* q, const void* k, const void* v,
-                     void* o, float* lse, const Layout& lq, const Layout& lk,
-                     const Layout& lv, int B, int H, int Hkv, int Sq, int Sk, int D,
-                     int Bc, int Warps, float scale, const MaskParams& mask,
-                     cudaStream_t stream) {
+// bf16: false for fp16. Returns kTcLaunched, or why nothing was launched.
+TcStatus flash_tc_forward(bool bf16, int step, const void* q, const void* k,
+                          const void* v, void* o, float* lse, const Layout& lq,
+                          const Layout& lk, const Layout& lv, int B, int H, int Hkv,
+                          int Sq, int Sk, int D, int Bc, int Warps, float scale,
+                          const MaskParams& mask, cudaStream_t stream) {
 #define ATTNBOOK_TC_CONFIG(step_, d, bc, warps)                                      \
   if (step == step_ && D == d && Bc == bc && Warps == warps)                        \
     return (bf16 ? launch<__nv_bfloat16, d, bc, warps, step_>                        \

@@ -1,6 +1,7 @@
 // Chapter 4's GEMM steps behind one launcher: C[z] = A[z] · B[z]ᵀ (b_transposed) or
 // A[z] · B[z].
 #include "gemm.cuh"
+#include "gemm.h"
 
 // a: [batch, M, K]; b: [batch, N, K] or [batch, K, N]; c: [batch, M, N]; all
 // contiguous. Returns false for an unknown step.

@@ -2,8 +2,11 @@
 // (sequence b owns row b, position p sits at slot p), or a paged cache, a pool of pages
 // [num_blocks, Hkv, block_size, D] and a block table [B, max_blocks] whose entry
 // (b, p / block_size) names the page that holds position p of sequence b, at slot
-// p % block_size. Plain data: the C++ wrappers, compiled without CUDA, fill it in.
+// p % block_size. Plain data: the C++ wrappers, compiled without CUDA, fill it in,
+// and call the append kernel's launcher (kv_cache.cu), declared below.
 #pragma once
+#include <cuda_runtime.h>
+
 #include "layout.h"
 
 struct KVCache {
@@ -14,3 +17,11 @@ struct KVCache {
   int num_pages = 0;                 // pages in the pool (contiguous: B)
   int capacity = 0;                  // positions one sequence can hold
 };
+
+// Writes k_new, v_new [B, Hkv, Sn, D] (strides lk, lv) at positions cache_seqlens[b] …
+// cache_seqlens[b] + Sn − 1 of each sequence's cache. element_size: 4 (fp32) or 2
+// (fp16, bf16) bytes; returns false for any other.
+bool kv_cache_append(int element_size, const void* k_new, const void* v_new,
+                     const Layout& lk, const Layout& lv, void* k_cache, void* v_cache,
+                     const KVCache& cache, const int* cache_seqlens, int B, int Hkv,
+                     int Sn, int D, cudaStream_t stream);

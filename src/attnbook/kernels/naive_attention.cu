@@ -11,6 +11,7 @@
 #include "layout.h"
 #include "mask.cuh"
 #include "softmax.cuh"   // softmax_rows_naive: one thread per row, three passes
+#include "three_kernels.h"
 
 // Grid (ceil(Sk/16), ceil(Sq/16), B·H), block 16×16: threadIdx.x walks keys, so
 // neighbouring threads write neighbouring scores (coalesced stores). A launch covers

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "softmax.cuh"
+#include "softmax.h"
 
 // Returns false for an unknown kernel name.
 bool softmax_forward(const char* kernel, const float* x, float* y, int rows, int n,

@@ -16,6 +16,7 @@
 #include "layout.h"
 #include "mask.cuh"
 #include "softmax.cuh"
+#include "three_kernels.h"
 
 // s: [B·H, Sq, Sc] scores of keys j = c·key_step. Grid-stride over all of them.
 __global__ void scale_mask(float* s, int H, int Sq, int Sk, int Sc, int key_step,

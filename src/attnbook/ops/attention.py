@@ -13,52 +13,14 @@ from typing import Optional
 
 import torch
 
-from ..toolchain.compile import package_module
 from ..reference.checks import HALF_PRECISION, INT32_MAX, attention_args
 from .flash import check_flash_config, check_no_mask_grad, flash_forward
 from .flash_tc import tc_forward
-from .wrappers import ATTENTION_CPP
+from .registry import extension
 
-__all__ = ["attention", "Attention", "IMPLS", "three_kernels", "three_kernel_forward",
-           "EXTENSIONS"]
+__all__ = ["attention", "Attention", "IMPLS", "three_kernels", "three_kernel_forward"]
 
 IMPLS = ("flash", "tiled", "naive")
-
-# The three-kernel paths share a signature: the launcher gets a workspace for the
-# scores.
-_SCORES_WRAPPER = ATTENTION_CPP + r"""
-void LAUNCHER(const float*, const float*, const float*, float*, float*, const Layout&,
-              const Layout&, const Layout&, int, int, int, int, int, int, float,
-              MaskParams, int, cudaStream_t);
-
-at::Tensor forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor bias,
-                   at::Tensor lengths, bool causal, int64_t stride, int64_t window,
-                   double scale, int64_t key_step) {
-  const Layout lq = layout_of(q, "q"), lk = layout_of(k, "k"), lv = layout_of(v, "v");
-  const auto [B, H, Hkv, Sq, Sk, D] = attention_shape(q, k, v);
-  TORCH_CHECK(key_step >= 1 && key_step <= INT32_MAX, "key_step must be positive");
-  const int64_t Sc = (Sk + key_step - 1) / key_step;
-  TORCH_CHECK(B * H * Sq <= INT32_MAX && Sc * D * key_step <= INT32_MAX,
-              "B·H·Sq and Sk·D must be below 2^31 for the three-kernel paths");
-  const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
-  attnbook::DeviceGuard guard(q);
-  at::Tensor o = q.new_empty({B, H, Sq, D});
-  if (o.numel() == 0) return o;
-  if (Sk == 0) return o.zero_();   // every row is empty
-  at::Tensor s = q.new_empty({B, H, Sq, Sc});
-  LAUNCHER(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-           s.data_ptr<float>(), o.data_ptr<float>(), lq, lk, lv, int(B), int(H),
-           int(Hkv), int(Sq), int(Sk), int(D), float(scale), mask, int(key_step),
-           attnbook::stream());
-  attnbook::check_launch();
-  return o;
-}
-"""
-
-
-EXTENSIONS = [(f"{impl}_attention", f"{impl}_attention.cu",
-               _SCORES_WRAPPER.replace("LAUNCHER", f"attention_{impl}"), ["forward"])
-              for impl in ("naive", "tiled")]
 
 
 @torch.library.custom_op("attnbook::three_kernel_forward", mutates_args=())
@@ -70,8 +32,7 @@ def three_kernel_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """The naive or tiled path on checked inputs: scores, softmax and P·V as three
     kernels, the scores in a [B, H, Sq, ceil(Sk / key_step)] workspace. Returns o
     [B, H, Sq, D]."""
-    backend = "cuda" if q.device.type == "cuda" else "emulator"
-    module = package_module(*EXTENSIONS[("naive", "tiled").index(impl)], backend)
+    module = extension(f"{impl}_attention").module(q.device)
     none = q.new_empty(0)
     return module.forward(q, k, v, none if bias is None else bias,
                           none if key_lengths is None else key_lengths, causal, stride,

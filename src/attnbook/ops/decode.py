@@ -10,77 +10,18 @@ from typing import Optional
 import torch
 
 from ..reference.decode_checks import MAX_SPLITS, ROWS_PER_BLOCK, kvcache_args
-from ..toolchain.compile import package_module
-from .kv_cache import KV_CACHE_CPP, kv_cache_append_op
+from .kv_cache import kv_cache_append_op
+from .registry import extension
 
 __all__ = ["attention_with_kvcache", "decode_attention", "num_splits_heuristic",
            "choose_num_splits", "sm_count", "DECODE_HEAD_DIMS", "EMULATED_SM_COUNT",
-           "KEYS_PER_SPLIT", "EXTENSIONS"]
+           "KEYS_PER_SPLIT"]
 
 DECODE_HEAD_DIMS = (32, 64, 96, 128)
 # The emulator has no SMs; the heuristic then plans for an A100's 108, so that the CPU
 # runs the same launches (and gives the same answers) as that GPU would.
 EMULATED_SM_COUNT = 108
 KEYS_PER_SPLIT = 128   # a split gets at least this many keys: 4 tiles of the kernel
-
-_WRAPPER = KV_CACHE_CPP + r"""
-bool decode_attention(int, const void*, const Layout&, const void*, const void*,
-                      const KVCache&, const int*, int, void*, float*, float*, float*,
-                      int, int, int, int, int, int, float, bool, cudaStream_t);
-
-// o: a new contiguous [B, H, Sq, D] of q's dtype; lse: a new float [B, H, Sq] (-inf for
-// a row with no key).
-std::vector<at::Tensor> decode(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
-                               at::Tensor cache_seqlens, at::Tensor block_table,
-                               int64_t new_keys, int64_t num_splits, bool causal,
-                               double scale) {
-  const at::ScalarType dtype = q.scalar_type();
-  const int code = dtype == at::kFloat ? 0 : dtype == at::kHalf ? 1
-                 : dtype == at::kBFloat16 ? 2 : -1;
-  TORCH_CHECK(code >= 0, "q must be float32, float16 or bfloat16, got ", dtype);
-  const Layout lq = layout_of(q, "q", dtype);
-  const int64_t B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3);
-  TORCH_CHECK(k_cache.scalar_type() == dtype, "the caches must have q's dtype");
-  const KVCache cache = kv_cache_of(k_cache, v_cache, block_table, B);
-  const int64_t Hkv = k_cache.size(1);
-  TORCH_CHECK(k_cache.size(3) == D, "the caches must have q's head_dim");
-  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, "query heads must be a multiple of kv heads");
-  TORCH_CHECK(B * Hkv <= INT32_MAX && H * Sq <= INT32_MAX, "too many heads or rows");
-  TORCH_CHECK(num_splits >= 1 && num_splits <= 128, "num_splits must be in [1, 128]");
-  TORCH_CHECK(new_keys >= 0 && new_keys <= INT32_MAX, "new_keys must be in [0, 2^31)");
-  attnbook::check_tensor(cache_seqlens, "cache_seqlens", at::kInt);
-  TORCH_CHECK(cache_seqlens.numel() == B, "cache_seqlens must be [B]");
-  attnbook::DeviceGuard guard(q);
-  at::Tensor o = q.new_empty({B, H, Sq, D});
-  at::Tensor lse = q.new_empty({B, H, Sq}, q.options().dtype(at::kFloat));
-  if (o.numel() == 0) return {o, lse.fill_(-INFINITY)};
-  at::Tensor o_part, lse_part;
-  if (num_splits > 1) {
-    o_part = q.new_empty({num_splits, B * H * Sq, D}, q.options().dtype(at::kFloat));
-    lse_part = q.new_empty({num_splits, B * H * Sq}, q.options().dtype(at::kFloat));
-  }
-  TORCH_CHECK(decode_attention(code, q.data_ptr(), lq, k_cache.data_ptr(),
-                               v_cache.data_ptr(), cache, cache_seqlens.data_ptr<int>(),
-                               int(new_keys), o.data_ptr(),
-                               num_splits > 1 ? o_part.data_ptr<float>() : nullptr,
-                               lse.data_ptr<float>(),
-                               num_splits > 1 ? lse_part.data_ptr<float>() : nullptr,
-                               int(B), int(H), int(Hkv), int(Sq), int(D),
-                               int(num_splits), float(scale), causal,
-                               attnbook::stream()),
-              "head_dim ", D, " is not compiled for the decode kernel");
-  attnbook::check_launch();
-  return {o, lse};
-}
-"""
-
-# (name, kernel file, wrapper, functions), as for every extension of the package.
-EXTENSIONS = [("decode", "decode.cu", _WRAPPER, ["decode"])]
-
-
-def _module(device: torch.device):
-    return package_module(*EXTENSIONS[0],
-                          "cuda" if device.type == "cuda" else "emulator")
 
 
 @torch.library.custom_op("attnbook::decode_attention", mutates_args=())
@@ -93,8 +34,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     :func:`~attnbook.reference.decode_checks.kvcache_args`): o [B, H, Sq, D] in q's
     dtype and the log-sum-exp [B, H, Sq] in float32."""
     table = q.new_empty(0, dtype=torch.int32) if block_table is None else block_table
-    return tuple(_module(q.device).decode(q, k_cache, v_cache, cache_seqlens, table,
-                                          new_keys, num_splits, causal, scale))
+    module = extension("decode").module(q.device)
+    return tuple(module.decode(q, k_cache, v_cache, cache_seqlens, table, new_keys,
+                               num_splits, causal, scale))
 
 
 @decode_attention.register_fake

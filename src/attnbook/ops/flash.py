@@ -6,59 +6,17 @@ from typing import Optional
 
 import torch
 
-from ..toolchain.compile import package_module
 from ..reference.checks import attention_args
-from .wrappers import ATTENTION_CPP
+from .registry import extension
 
 __all__ = ["flash_attention_fp32", "flash_forward", "check_flash_config",
-           "check_no_mask_grad", "WRAPPER", "EXTENSIONS",
+           "check_no_mask_grad",
            "FLASH_FP32_HEAD_DIMS", "FLASH_FP32_TILES", "FLASH_FP32_SWEEP"]
 
 FLASH_FP32_HEAD_DIMS = (32, 64, 96, 128)
 FLASH_FP32_TILES = (64, 32)   # (Br, Bc) compiled for every head dimension
 # (Br, Bc) compiled at head_dim 64 for chapter 7's sweep.
 FLASH_FP32_SWEEP = tuple((br, bc) for br in (32, 64, 128) for bc in (16, 32, 64))
-
-WRAPPER = ATTENTION_CPP + r"""
-bool flash_fwd_fp32(const float*, const float*, const float*, float*, float*,
-                    const Layout&, const Layout&, const Layout&, int, int, int, int,
-                    int, int, int, int, float, const MaskParams&, cudaStream_t);
-
-// o: a new contiguous [B, H, Sq, D]; lse: a new [B, H, Sq] (-inf where no key is
-// admitted).
-std::vector<at::Tensor> flash_forward(at::Tensor q, at::Tensor k, at::Tensor v,
-                                      at::Tensor bias, at::Tensor lengths, bool causal,
-                                      int64_t stride, int64_t window, double scale,
-                                      int64_t block_q, int64_t block_k) {
-  const Layout lq = layout_of(q, "q"), lk = layout_of(k, "k"), lv = layout_of(v, "v");
-  const auto [B, H, Hkv, Sq, Sk, D] = attention_shape(q, k, v);
-  TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX,
-              "B·H, Sq and Sk must be below 2^31");
-  const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
-  attnbook::DeviceGuard guard(q);
-  at::Tensor o = q.new_empty({B, H, Sq, D}), lse = q.new_empty({B, H, Sq});
-  if (o.numel() == 0) return {o, lse.fill_(-INFINITY)};
-  TORCH_CHECK(flash_fwd_fp32(q.data_ptr<float>(), k.data_ptr<float>(),
-                             v.data_ptr<float>(), o.data_ptr<float>(),
-                             lse.data_ptr<float>(), lq, lk, lv, int(B), int(H),
-                             int(Hkv), int(Sq), int(Sk), int(D), int(block_q),
-                             int(block_k), float(scale), mask, attnbook::stream()),
-              "head_dim ", D, " with tiles ", block_q, "x", block_k,
-              " is not compiled");
-  attnbook::check_launch();
-  return {o, lse};
-}
-"""
-
-
-# (name, kernel file, wrapper, functions): what package_module builds, and what
-# python -m attnbook.toolchain.cuda_build_check builds for every architecture.
-EXTENSIONS = [("flash_fp32", "flash_fp32.cu", WRAPPER, ["flash_forward"])]
-
-
-def _module(device: torch.device):
-    return package_module(*EXTENSIONS[0],
-                          "cuda" if device.type == "cuda" else "emulator")
 
 
 @torch.library.custom_op("attnbook::flash_forward", mutates_args=())
@@ -70,7 +28,7 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     :class:`~attnbook.reference.checks.AttentionArgs`): o [B, H, Sq, D] and the
     log-sum-exp [B, H, Sq] a backward pass needs."""
     none = q.new_empty(0)
-    return tuple(_module(q.device).flash_forward(
+    return tuple(extension("flash_fp32").module(q.device).flash_forward(
         q, k, v, none if bias is None else bias,
         none if key_lengths is None else key_lengths,
         causal, stride, window, scale, block_q, block_k))

@@ -9,11 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from ..reference.checks import HALF_PRECISION, attention_args
-from ..toolchain.compile import package_module
-from .wrappers import ATTENTION_CPP
+from .registry import extension
 
 __all__ = ["flash_attention_tc", "flash_tc_forward", "tc_forward", "TC_STEPS",
-           "TC_HEAD_DIMS", "TC_TILES", "TC_SWEEP", "EXTENSIONS"]
+           "TC_HEAD_DIMS", "TC_TILES", "TC_SWEEP"]
 
 # The chapter's steps, each a kernel of kernels/flash_tc*.
 TC_STEPS = {1: "mma.sync", 2: "ldmatrix", 3: "swizzled shared memory",
@@ -22,59 +21,6 @@ TC_HEAD_DIMS = (64, 128)   # other head dims up to 128 are zero-padded to one of
 TC_TILES = {64: (64, 64), 128: (64, 32)}   # (Br, Bc) of every step
 # (Br, Bc) compiled for step 5 besides TC_TILES, for the tile sweep.
 TC_SWEEP = {64: ((128, 64),), 128: ((64, 64), (128, 32))}
-
-WRAPPER = ATTENTION_CPP + r"""
-int flash_tc_forward(bool, int, const void*, const void*, const void*, void*, float*,
-                     const Layout&, const Layout&, const Layout&, int, int, int, int,
-                     int, int, int, int, float, const MaskParams&, cudaStream_t);
-
-// Rows of 16-bit elements that start on 16 bytes: what the kernels' 16-byte copies
-// need.
-static void check_aligned(const at::Tensor& t, const char* name) {
-  bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-  for (int d = 0; d < 3; ++d) ok = ok && (t.size(d) <= 1 || t.stride(d) % 8 == 0);
-  TORCH_CHECK(ok, name,
-              " must start on 16 bytes with batch, head and sequence strides ",
-              "that are multiples of 8 elements");
-}
-
-// o: a new contiguous [B, H, Sq, D] of q's dtype; lse: a new float [B, H, Sq].
-std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
-                                at::Tensor bias, at::Tensor lengths, bool causal,
-                                int64_t stride, int64_t window, double scale,
-                                int64_t step, int64_t block_q, int64_t block_k) {
-  const bool bf16 = q.scalar_type() == at::kBFloat16;
-  const auto dtype = bf16 ? at::kBFloat16 : at::kHalf;
-  const Layout lq = layout_of(q, "q", dtype), lk = layout_of(k, "k", dtype),
-               lv = layout_of(v, "v", dtype);
-  const auto [B, H, Hkv, Sq, Sk, D] = attention_shape(q, k, v);
-  TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX - 256 && Sk <= INT32_MAX - 256,
-              "B·H, Sq and Sk must be below 2^31 - 256");
-  TORCH_CHECK(block_q % 16 == 0 && block_q > 0, "block_q must be a multiple of 16");
-  const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
-  attnbook::DeviceGuard guard(q);
-  at::Tensor o = q.new_empty({B, H, Sq, D});
-  at::Tensor lse = q.new_empty({B, H, Sq}, q.options().dtype(at::kFloat));
-  if (o.numel() == 0) return {o, lse.fill_(-INFINITY)};
-  check_aligned(q, "q");
-  check_aligned(k, "k");
-  check_aligned(v, "v");
-  const int status = flash_tc_forward(
-      bf16, int(step), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-      lse.data_ptr<float>(), lq, lk, lv, int(B), int(H), int(Hkv), int(Sq), int(Sk),
-      int(D), int(block_k), int(block_q / 16), float(scale), mask, attnbook::stream());
-  TORCH_CHECK(status != 1, "step ", step, " with head_dim ", D, " and tiles ", block_q,
-              "x", block_k, " is not compiled");
-  TORCH_CHECK(status != 2, "this GPU lacks the tensor cores for ", q.scalar_type(),
-              " (fp16 needs sm_75, bf16 sm_80)");
-  TORCH_CHECK(status != 3, "tiles ", block_q, "x", block_k, " at head_dim ", D,
-              " need more shared memory than this GPU gives a block");
-  attnbook::check_launch();
-  return {o, lse};
-}
-"""
-
-EXTENSIONS = [("flash_tc", "flash_tc.cu", WRAPPER, ["forward"])]
 
 
 def _aligned(t: torch.Tensor) -> torch.Tensor:
@@ -93,8 +39,7 @@ def flash_tc_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Step ``step`` of chapter 8 on checked fp16/bf16 inputs (head_dim 64 or 128): o
     [B, H, Sq, D] in q's dtype and the float32 log-sum-exp [B, H, Sq]. Inputs whose rows
     do not start on 16 bytes are copied first."""
-    backend = "cuda" if q.device.type == "cuda" else "emulator"
-    module = package_module(*EXTENSIONS[0], backend)
+    module = extension("flash_tc").module(q.device)
     none = q.new_empty(0, dtype=torch.float32)
     return tuple(module.forward(
         _aligned(q), _aligned(k), _aligned(v), none if bias is None else bias,

@@ -4,43 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from ..toolchain.compile import package_module
 from ..reference.checks import INT32_MAX, check_same_device, check_tensor
+from .registry import extension
 
-__all__ = ["gemm", "gemm_forward", "GEMM_STEPS", "EXTENSIONS"]
+__all__ = ["gemm", "gemm_forward", "GEMM_STEPS"]
 
 # step number -> what it adds
 GEMM_STEPS = {1: "naive", 2: "shared-memory tiles", 3: "register blocking",
               4: "float4 loads"}
-
-_WRAPPER = r"""
-bool gemm_forward(const float*, const float*, float*, int, int, int, int, bool, int,
-                  cudaStream_t);
-
-at::Tensor gemm_batched(at::Tensor a, at::Tensor b, bool b_transposed, int64_t step) {
-  attnbook::check_tensor(a, "a", at::kFloat);
-  attnbook::check_tensor(b, "b", at::kFloat);
-  TORCH_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0),
-              "a and b must be [batch, ., .]");
-  const int64_t M = a.size(1), K = a.size(2), N = b_transposed ? b.size(1) : b.size(2);
-  TORCH_CHECK((b_transposed ? b.size(2) : b.size(1)) == K, "inner dimensions differ");
-  TORCH_CHECK(a.size(0) <= INT32_MAX && M <= INT32_MAX && N <= INT32_MAX &&
-              K <= INT32_MAX && M * K <= INT32_MAX && N * K <= INT32_MAX &&
-              M * N <= INT32_MAX,
-              "each operand must have fewer than 2^31 elements per batch");
-  attnbook::DeviceGuard guard(a);
-  at::Tensor c = a.new_empty({a.size(0), M, N});
-  TORCH_CHECK(gemm_forward(a.data_ptr<float>(), b.data_ptr<float>(),
-                           c.data_ptr<float>(), int(a.size(0)), int(M), int(N), int(K),
-                           b_transposed, int(step), attnbook::stream()),
-              "unknown GEMM step ", step);
-  attnbook::check_launch();
-  return c;
-}
-"""
-
-
-EXTENSIONS = [("gemm", "gemm.cu", _WRAPPER, ["gemm_batched"])]
 
 
 @torch.library.custom_op("attnbook::gemm", mutates_args=())
@@ -48,8 +19,7 @@ def gemm_forward(a: torch.Tensor, b: torch.Tensor, transpose_b: bool, step: int
                  ) -> torch.Tensor:
     """c[z] = a[z] · b[z] (or a[z] · b[z]ᵀ) for contiguous float32 [batch, ., .]
     operands."""
-    backend = "cuda" if a.device.type == "cuda" else "emulator"
-    module = package_module(*EXTENSIONS[0], backend)
+    module = extension("gemm").module(a.device)
     return module.gemm_batched(a, b, transpose_b, step)
 
 

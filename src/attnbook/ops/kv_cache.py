@@ -9,81 +9,9 @@ import torch
 
 from ..reference.checks import check_positive_int
 from ..reference.decode_checks import kvcache_args
-from ..toolchain.compile import package_module
-from .wrappers import LAYOUT_CPP
+from .registry import extension
 
-__all__ = ["kv_cache_append", "kv_cache_append_op", "PagedKVCache", "KV_CACHE_CPP",
-           "EXTENSIONS"]
-
-# C++ shared by the KV-cache wrappers: checked tensors as the plain structs of
-# kernels/layout.h and kernels/kv_cache.h.
-KV_CACHE_CPP = LAYOUT_CPP + r"""
-#include "kv_cache.h"
-
-// A contiguous cache [B, Hkv, max_len, D] (block_table.dim() != 2), or a pool of pages
-// [num_blocks, Hkv, block_size, D] with an int32 block table [B, max_blocks].
-static KVCache kv_cache_of(const at::Tensor& k_cache, const at::Tensor& v_cache,
-                           const at::Tensor& block_table, int64_t B) {
-  KVCache c;
-  c.k = layout_of(k_cache, "k_cache", k_cache.scalar_type());
-  c.v = layout_of(v_cache, "v_cache", k_cache.scalar_type());
-  TORCH_CHECK(k_cache.sizes() == v_cache.sizes(),
-              "k_cache and v_cache must have one shape");
-  const int64_t pages = k_cache.size(0), block = k_cache.size(2);
-  int64_t capacity = block;
-  if (block_table.dim() == 2) {
-    attnbook::check_tensor(block_table, "block_table", at::kInt);
-    TORCH_CHECK(block_table.size(0) == B, "block_table must be [B, max_blocks]");
-    TORCH_CHECK(block > 0, "pages must hold at least one position");
-    c.block_table = block_table.data_ptr<int>();
-    c.table_stride = block_table.stride(0);
-    capacity = block_table.size(1) * block;
-  } else {
-    TORCH_CHECK(pages == B, "a contiguous cache must be [B, Hkv, max_len, D]");
-  }
-  TORCH_CHECK(pages <= INT32_MAX && capacity <= INT32_MAX - 64,
-              "the cache is too large for 32-bit positions");
-  c.block_size = int(block);
-  c.num_pages = int(pages);
-  c.capacity = int(capacity);
-  return c;
-}
-"""
-
-_WRAPPER = KV_CACHE_CPP + r"""
-bool kv_cache_append(int, const void*, const void*, const Layout&, const Layout&, void*,
-                     void*, const KVCache&, const int*, int, int, int, int,
-                     cudaStream_t);
-
-void append(at::Tensor k_cache, at::Tensor v_cache, at::Tensor k, at::Tensor v,
-            at::Tensor cache_seqlens, at::Tensor block_table) {
-  const at::ScalarType dtype = k_cache.scalar_type();
-  const Layout lk = layout_of(k, "k", dtype), lv = layout_of(v, "v", dtype);
-  const int64_t B = k.size(0), Hkv = k.size(1), Sn = k.size(2), D = k.size(3);
-  TORCH_CHECK(k.sizes() == v.sizes() && Hkv == k_cache.size(1) && D == k_cache.size(3),
-              "k and v must be [B, Hkv, Sn, D] with the caches' Hkv and D");
-  TORCH_CHECK(B <= INT32_MAX && Hkv <= INT32_MAX && Sn <= INT32_MAX && D <= INT32_MAX,
-              "k and v are too large");
-  const KVCache cache = kv_cache_of(k_cache, v_cache, block_table, B);
-  attnbook::check_tensor(cache_seqlens, "cache_seqlens", at::kInt);
-  TORCH_CHECK(cache_seqlens.numel() == B, "cache_seqlens must be [B]");
-  attnbook::DeviceGuard guard(k_cache);
-  TORCH_CHECK(kv_cache_append(int(k_cache.element_size()), k.data_ptr(), v.data_ptr(),
-                              lk, lv, k_cache.data_ptr(), v_cache.data_ptr(), cache,
-                              cache_seqlens.data_ptr<int>(), int(B), int(Hkv), int(Sn),
-                              int(D), attnbook::stream()),
-              "no append kernel for ", dtype);
-  attnbook::check_launch();
-}
-"""
-
-# (name, kernel file, wrapper, functions), as for every extension of the package.
-EXTENSIONS = [("kv_cache", "kv_cache.cu", _WRAPPER, ["append"])]
-
-
-def _module(device: torch.device):
-    return package_module(*EXTENSIONS[0],
-                          "cuda" if device.type == "cuda" else "emulator")
+__all__ = ["kv_cache_append", "kv_cache_append_op", "PagedKVCache"]
 
 
 @torch.library.custom_op("attnbook::kv_cache_append",
@@ -95,7 +23,8 @@ def kv_cache_append_op(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Te
     … + Sn − 1, on checked inputs (see
     :func:`~attnbook.reference.decode_checks.kvcache_args`)."""
     table = k.new_empty(0, dtype=torch.int32) if block_table is None else block_table
-    _module(k.device).append(k_cache, v_cache, k, v, cache_seqlens, table)
+    module = extension("kv_cache").module(k.device)
+    module.append(k_cache, v_cache, k, v, cache_seqlens, table)
 
 
 @kv_cache_append_op.register_fake

@@ -4,42 +4,18 @@ from __future__ import annotations
 
 import torch
 
-from ..toolchain.compile import package_module
 from ..reference.checks import INT32_MAX, check_tensor
+from .registry import extension
 
-__all__ = ["softmax", "softmax_forward", "SOFTMAX_KERNELS", "EXTENSIONS"]
+__all__ = ["softmax", "softmax_forward", "SOFTMAX_KERNELS"]
 
 SOFTMAX_KERNELS = ("naive", "block_tree", "warp", "block_warps", "online")
-
-_WRAPPER = r"""
-bool softmax_forward(const char*, const float*, float*, int, int, cudaStream_t);
-
-at::Tensor softmax_last_dim(at::Tensor x, std::string kernel) {
-  attnbook::check_tensor(x, "x", at::kFloat);
-  TORCH_CHECK(x.dim() >= 1, "x must have at least one dimension");
-  attnbook::DeviceGuard guard(x);
-  at::Tensor y = x.new_empty(x.sizes());
-  const int64_t n = x.size(-1), rows = n ? x.numel() / n : 0;
-  TORCH_CHECK(rows <= INT32_MAX && n <= INT32_MAX,
-              "x is too large: rows and row length "
-              "must be below 2^31");
-  TORCH_CHECK(softmax_forward(kernel.c_str(), x.data_ptr<float>(), y.data_ptr<float>(),
-                              int(rows), int(n), attnbook::stream()),
-              "unknown softmax kernel ", kernel);
-  attnbook::check_launch();
-  return y;
-}
-"""
-
-
-EXTENSIONS = [("softmax", "softmax.cu", _WRAPPER, ["softmax_last_dim"])]
 
 
 @torch.library.custom_op("attnbook::softmax", mutates_args=())
 def softmax_forward(x: torch.Tensor, kernel: str) -> torch.Tensor:
     """Softmax over the last dimension of a contiguous float32 tensor by ``kernel``."""
-    backend = "cuda" if x.device.type == "cuda" else "emulator"
-    module = package_module(*EXTENSIONS[0], backend)
+    module = extension("softmax").module(x.device)
     return module.softmax_last_dim(x, kernel)
 
 

@@ -3,7 +3,7 @@ emulator without one), the extension cache, ptxas reports, the emulator's source
 transform, thread orders and checked mode (sanitize, profile), and the description of
 the machine."""
 from .compile import (CompileError, INCLUDE_DIR, KERNEL_DIR, compile, default_backend,
-                      kernel_source, package_module)
+                      kernel_source)
 from .extension import load_extension
 from .emulator import (KernelFault, KernelInterrupted, KernelTimeout, thread_order,
                        time_budget, workers)

@@ -50,7 +50,7 @@ _QUIET = _Quiet()
 logging.getLogger("torch.utils.cpp_extension").addFilter(_QUIET)
 from torch.utils import cpp_extension  # noqa: E402  (after the filter, once)
 
-__all__ = ["compile", "kernel_source", "package_module", "CompileError",
+__all__ = ["compile", "kernel_source", "CompileError",
            "default_backend", "KERNEL_DIR", "INCLUDE_DIR"]
 
 TOOLCHAIN_DIR = pathlib.Path(__file__).resolve().parent
@@ -83,11 +83,12 @@ class CompileError(RuntimeError):
 
 
 def kernel_source(filename: str) -> str:
-    """The text of a kernel file of ``attnbook/kernels``, e.g.
-    ``kernel_source("softmax.cu")``."""
+    """The text of a file of ``attnbook/kernels``: a kernel file
+    (``kernel_source("softmax.cu")``), a header, or a C++ wrapper
+    (``kernel_source("softmax_wrapper.cpp")``)."""
     path = KERNEL_DIR / filename
     if not path.is_file():
-        known = sorted(p.name for p in KERNEL_DIR.glob("*.cu"))
+        known = sorted(p.name for p in KERNEL_DIR.iterdir() if p.is_file())
         raise FileNotFoundError(f"no kernel file {filename!r}; there are {known}")
     return path.read_text()
 
@@ -348,16 +349,3 @@ def _write_kernel_file(full_name: str, src_name: str, text: str, verbose: bool) 
     """Put the kernel text in ``<build dir>/kernel/<src_name>``."""
     folder = build_directory(full_name, verbose) / KERNEL_SUBDIR
     write_if_changed(folder / src_name, text)
-
-
-_package_modules = {}
-
-
-def package_module(name: str, filename: str, wrapper: str, functions, backend: str):
-    """The package's own extension for kernel file ``filename``, compiled once per
-    process and back end."""
-    key = (name, backend)
-    if key not in _package_modules:
-        _package_modules[key] = compile(name, kernel_source(filename), wrapper,
-                                        functions, backend=backend)
-    return _package_modules[key]

@@ -49,9 +49,9 @@ with open({path!r}, "a") as f:
 
 
 def package_extensions():
-    from ..ops import EXTENSIONS
-    return [[name, kernel_source(filename), wrapper, functions]
-            for name, filename, wrapper, functions in EXTENSIONS]
+    from ..ops.registry import EXTENSIONS
+    return [[e.name, kernel_source(e.kernel), kernel_source(e.wrapper), e.functions]
+            for e in EXTENSIONS]
 
 
 def notebook_extensions(notebooks):

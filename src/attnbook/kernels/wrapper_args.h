@@ -1,14 +1,16 @@
-"""C++ shared by the attention wrappers: how checked tensors become the plain structs
-the kernels take (``kernels/mask_params.h``, ``kernels/layout.h``)."""
+// How the wrappers turn checked tensors into the plain structs the kernels take
+// (layout.h, mask_params.h, kv_cache.h). Host code for the *_wrapper.cpp files,
+// compiled against torch without CUDA.
+#pragma once
+#include <cstdint>
 
-__all__ = ["ATTENTION_CPP", "LAYOUT_CPP"]
-
-# The strides of a checked tensor, as kernels/layout.h's struct.
-LAYOUT_CPP = r"""
+#include "attnbook_torch.h"
+#include "kv_cache.h"
 #include "layout.h"
+#include "mask_params.h"
 
 // The strides of a [B, H, S, D] tensor of `dtype` whose head dimension is contiguous.
-static Layout layout_of(const at::Tensor& t, const char* name,
+inline Layout layout_of(const at::Tensor& t, const char* name,
                         at::ScalarType dtype = at::kFloat) {
   attnbook::check_tensor(t, name, dtype, /*contiguous=*/false);
   TORCH_CHECK(t.dim() == 4, name, " must be [B, H, S, D]");
@@ -20,16 +22,12 @@ static Layout layout_of(const at::Tensor& t, const char* name,
   l.s = t.stride(2);
   return l;
 }
-"""
-
-ATTENTION_CPP = LAYOUT_CPP + r"""
-#include "mask_params.h"
 
 // The sizes of q [B, H, Sq, D] and k, v [B, Hkv, Sk, D], H a multiple of Hkv.
 struct AttentionShape {
   int64_t B, H, Hkv, Sq, Sk, D;
 };
-static AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k,
+inline AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k,
                                       const at::Tensor& v) {
   TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == q.size(0) &&
                   k.size(3) == q.size(3),
@@ -43,7 +41,7 @@ static AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k,
 // bias: additive mask viewed as [B, H, Sq, Sk] with broadcast strides (numel 0: none);
 // lengths: int32 [B] key lengths (numel 0: none). stride and window: 0 (off) or
 // positive, already reduced to 32 bits by the Python checks; checked again here.
-static MaskParams mask_params(const at::Tensor& bias, const at::Tensor& lengths,
+inline MaskParams mask_params(const at::Tensor& bias, const at::Tensor& lengths,
                               bool causal, int64_t stride, int64_t window) {
   TORCH_CHECK(stride >= 0 && stride <= INT32_MAX && window >= 0 && window <= INT32_MAX,
               "stride and window must be in [0, 2^31)");
@@ -66,4 +64,32 @@ static MaskParams mask_params(const at::Tensor& bias, const at::Tensor& lengths,
   }
   return m;
 }
-"""
+
+// A contiguous cache [B, Hkv, max_len, D] (block_table.dim() != 2), or a pool of pages
+// [num_blocks, Hkv, block_size, D] with an int32 block table [B, max_blocks].
+inline KVCache kv_cache_of(const at::Tensor& k_cache, const at::Tensor& v_cache,
+                           const at::Tensor& block_table, int64_t B) {
+  KVCache c;
+  c.k = layout_of(k_cache, "k_cache", k_cache.scalar_type());
+  c.v = layout_of(v_cache, "v_cache", k_cache.scalar_type());
+  TORCH_CHECK(k_cache.sizes() == v_cache.sizes(),
+              "k_cache and v_cache must have one shape");
+  const int64_t pages = k_cache.size(0), block = k_cache.size(2);
+  int64_t capacity = block;
+  if (block_table.dim() == 2) {
+    attnbook::check_tensor(block_table, "block_table", at::kInt);
+    TORCH_CHECK(block_table.size(0) == B, "block_table must be [B, max_blocks]");
+    TORCH_CHECK(block > 0, "pages must hold at least one position");
+    c.block_table = block_table.data_ptr<int>();
+    c.table_stride = block_table.stride(0);
+    capacity = block_table.size(1) * block;
+  } else {
+    TORCH_CHECK(pages == B, "a contiguous cache must be [B, Hkv, max_len, D]");
+  }
+  TORCH_CHECK(pages <= INT32_MAX && capacity <= INT32_MAX - 64,
+              "the cache is too large for 32-bit positions");
+  c.block_size = int(block);
+  c.num_pages = int(pages);
+  c.capacity = int(capacity);
+  return c;
+}

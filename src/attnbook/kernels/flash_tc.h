@@ -1,0 +1,21 @@
+// The host launcher of chapter 8's tensor-core forward (flash_tc.cu), every step of
+// the chapter behind it. Host code only: the wrapper, compiled without CUDA, includes
+// it too.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "layout.h"
+#include "mask_params.h"
+
+// What flash_tc_forward reports: launched, or why not.
+enum TcStatus { kTcLaunched = 0, kTcNotCompiled, kTcArch, kTcSharedMemory };
+
+// fp16 (bf16 = false) or bf16 q [B, H, Sq, D], k and v [B, Hkv, Sk, D] with strides
+// lq, lk, lv whose rows start on 16 bytes; o: contiguous [B, H, Sq, D] of their dtype;
+// lse: float [B, H, Sq]. step: 1–5, the chapter's steps; a block of Warps warps owns
+// 16·Warps query rows and streams key tiles of Bc.
+TcStatus flash_tc_forward(bool bf16, int step, const void* q, const void* k,
+                          const void* v, void* o, float* lse, const Layout& lq,
+                          const Layout& lk, const Layout& lv, int B, int H, int Hkv,
+                          int Sq, int Sk, int D, int Bc, int Warps, float scale,
+                          const MaskParams& mask, cudaStream_t stream);

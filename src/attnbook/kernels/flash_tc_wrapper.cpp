@@ -1,0 +1,53 @@
+// torch.ops.attnbook.flash_tc_forward's C++ side (ops/flash_tc.py): checks the tensors
+// and launches a step of chapter 8's tensor-core forward (flash_tc.cu).
+#include <cstdint>
+
+#include "attnbook_torch.h"   // first: torch's names before the kernels' structs
+#include "flash_tc.h"
+#include "wrapper_args.h"
+
+// Rows of 16-bit elements that start on 16 bytes: what the kernels' 16-byte copies
+// need.
+static void check_aligned(const at::Tensor& t, const char* name) {
+  bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  for (int d = 0; d < 3; ++d) ok = ok && (t.size(d) <= 1 || t.stride(d) % 8 == 0);
+  TORCH_CHECK(ok, name,
+              " must start on 16 bytes with batch, head and sequence strides ",
+              "that are multiples of 8 elements");
+}
+
+// o: a new contiguous [B, H, Sq, D] of q's dtype; lse: a new float [B, H, Sq].
+std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
+                                at::Tensor bias, at::Tensor lengths, bool causal,
+                                int64_t stride, int64_t window, double scale,
+                                int64_t step, int64_t block_q, int64_t block_k) {
+  const bool bf16 = q.scalar_type() == at::kBFloat16;
+  const auto dtype = bf16 ? at::kBFloat16 : at::kHalf;
+  const Layout lq = layout_of(q, "q", dtype), lk = layout_of(k, "k", dtype),
+               lv = layout_of(v, "v", dtype);
+  const auto [B, H, Hkv, Sq, Sk, D] = attention_shape(q, k, v);
+  TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX - 256 && Sk <= INT32_MAX - 256,
+              "B·H, Sq and Sk must be below 2^31 - 256");
+  TORCH_CHECK(block_q % 16 == 0 && block_q > 0, "block_q must be a multiple of 16");
+  const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
+  attnbook::DeviceGuard guard(q);
+  at::Tensor o = q.new_empty({B, H, Sq, D});
+  at::Tensor lse = q.new_empty({B, H, Sq}, q.options().dtype(at::kFloat));
+  if (o.numel() == 0) return {o, lse.fill_(-INFINITY)};
+  check_aligned(q, "q");
+  check_aligned(k, "k");
+  check_aligned(v, "v");
+  const TcStatus status = flash_tc_forward(
+      bf16, int(step), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+      lse.data_ptr<float>(), lq, lk, lv, int(B), int(H), int(Hkv), int(Sq), int(Sk),
+      int(D), int(block_k), int(block_q / 16), float(scale), mask, attnbook::stream());
+  TORCH_CHECK(status != kTcNotCompiled, "step ", step, " with head_dim ", D,
+              " and tiles ", block_q, "x", block_k, " is not compiled");
+  TORCH_CHECK(status != kTcArch, "this GPU lacks the tensor cores for ",
+              q.scalar_type(), " (fp16 needs sm_75, bf16 sm_80)");
+  TORCH_CHECK(status != kTcSharedMemory, "tiles ", block_q, "x", block_k,
+              " at head_dim ", D,
+              " need more shared memory than this GPU gives a block");
+  attnbook::check_launch();
+  return {o, lse};
+}

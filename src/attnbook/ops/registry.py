@@ -1,0 +1,78 @@
+"""Every extension the package builds, one line each: its kernel file and its C++
+wrapper (both in ``attnbook/kernels``), the wrapper functions Python calls, the chapter
+that teaches the kernel and the registered op (``torch.ops.attnbook.<op>``) that calls
+it. The ops, the CUDA build check, the GPU run's build stage and the tests' list of
+sanitized launches all read this table.
+
+Adding an op touches its kernel file, its wrapper, its Python function and one line
+here."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..toolchain.compile import compile, kernel_source
+
+__all__ = ["Extension", "EXTENSIONS", "extension", "markdown_table"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Extension:
+    name: str              # of the build, and its folder in the extension cache
+    kernel: str            # kernels/<kernel>: the kernels and their host launcher
+    wrapper: str           # kernels/<wrapper>: the torch-facing C++ functions
+    functions: tuple       # the wrapper's functions, as the module's attributes
+    chapter: str           # the chapter that teaches the kernel
+    op: str                # torch.ops.attnbook.<op> calls it
+
+    def module(self, device):
+        """The loaded extension for ``device`` (a CUDA device builds with nvcc for its
+        GPU, anything else for the emulator), compiled once per process and back
+        end."""
+        backend = "cuda" if torch.device(device).type == "cuda" else "emulator"
+        key = (self.name, backend)
+        if key not in _modules:
+            _modules[key] = compile(self.name, kernel_source(self.kernel),
+                                    kernel_source(self.wrapper), self.functions,
+                                    backend=backend)
+        return _modules[key]
+
+
+_modules = {}
+
+EXTENSIONS = (
+    Extension("naive_attention", "naive_attention.cu", "naive_attention_wrapper.cpp",
+              ("forward",), "2", "three_kernel_forward"),
+    Extension("softmax", "softmax.cu", "softmax_wrapper.cpp", ("softmax_last_dim",),
+              "3", "softmax"),
+    Extension("gemm", "gemm.cu", "gemm_wrapper.cpp", ("gemm_batched",), "4", "gemm"),
+    Extension("tiled_attention", "tiled_attention.cu", "tiled_attention_wrapper.cpp",
+              ("forward",), "4", "three_kernel_forward"),
+    Extension("flash_fp32", "flash_fp32.cu", "flash_fp32_wrapper.cpp",
+              ("flash_forward",), "7", "flash_forward"),
+    Extension("flash_tc", "flash_tc.cu", "flash_tc_wrapper.cpp", ("forward",), "8",
+              "flash_tc_forward"),
+    Extension("kv_cache", "kv_cache.cu", "kv_cache_wrapper.cpp", ("append",), "9",
+              "kv_cache_append"),
+    Extension("decode", "decode.cu", "decode_wrapper.cpp", ("decode",), "9",
+              "decode_attention"),
+    Extension("flash_bwd_fp32", "flash_bwd_fp32.cu", "flash_bwd_fp32_wrapper.cpp",
+              ("backward",), "11", "flash_backward"),
+)
+_BY_NAME = {e.name: e for e in EXTENSIONS}
+
+
+def extension(name: str) -> Extension:
+    """The registry's line for extension ``name``."""
+    if name not in _BY_NAME:
+        raise KeyError(f"no extension {name!r}; there are {sorted(_BY_NAME)}")
+    return _BY_NAME[name]
+
+
+def markdown_table() -> str:
+    """The registry as the README's table: chapter, kernel file, wrapper, op."""
+    rows = ["| chapter | kernels | wrapper | op |", "| --- | --- | --- | --- |"]
+    rows += [f"| {e.chapter} | `kernels/{e.kernel}` | `kernels/{e.wrapper}` | "
+             f"`torch.ops.attnbook.{e.op}` |" for e in EXTENSIONS]
+    return "\n".join(rows)
