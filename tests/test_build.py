@@ -163,14 +163,15 @@ def notebook_kernels():
 def exercise_kernels():
     """{"exercise:NAME": text}: each exercise's skeleton with its launcher, as the
     grader compiles it."""
-    return {f"exercise:{name}": ex.skeleton + ex.launcher
+    return {f"exercise:{name}": ex.skeleton + "\n" + ex.launcher
             for name, ex in ab.exercises.EXERCISES.items()}
 
 
 # a notebook's copy of an exercise's skeleton is compiled with its launcher
 BOOK_KERNELS = {**{name: text for name, text in notebook_kernels().items()
-                   if text not in {ex.skeleton
-                                   for ex in ab.exercises.EXERCISES.values()}},
+                   if text.strip("\n") not in {
+                       ex.skeleton.strip("\n")
+                       for ex in ab.exercises.EXERCISES.values()}},
                 **exercise_kernels()}
 
 
@@ -258,23 +259,44 @@ def test_a_host_header_compiles_by_itself(path, tmp_path):
     assert run.returncode == 0, f"{path.name}: nvcc failed\n{run.stderr[-3000:]}"
 
 
-@pytest.mark.skipif(find_nvcc() is None or torch.version.cuda is None,
-                    reason="needs nvcc and a CUDA build of torch (CI's colab job has "
-                           "both); the emulator builds every wrapper everywhere")
-@pytest.mark.parametrize("path", WRAPPERS, ids=lambda p: p.name)
-def test_a_wrapper_compiles_by_itself_for_the_cuda_back_end(path, tmp_path):
-    """Each wrapper includes what it uses, torch's headers first (a kernel struct named
-    like one of torch's, seen first, makes torch's headers ambiguous), and compiles
-    against the CUDA side of attnbook_torch.h, which the emulator never reads."""
+def nvcc_with_torch(source, tmp_path):
+    """nvcc -c of host C++ ``source`` against torch's headers, as the CUDA back end
+    compiles a wrapper: the CUDA side of attnbook_torch.h, which the emulator never
+    reads."""
     import subprocess
     import sysconfig
     from torch.utils import cpp_extension
     includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"],
                 str(ab.toolchain.INCLUDE_DIR), str(KERNEL_DIR)]
-    run = subprocess.run([find_nvcc(), "-c", "-std=c++20", "-arch=sm_80",
-                          *(f"-I{p}" for p in includes), "-o", str(tmp_path / "w.o"),
-                          str(path)], capture_output=True, text=True, timeout=600)
+    return subprocess.run([find_nvcc(), "-c", "-std=c++20", "-arch=sm_80",
+                           *(f"-I{p}" for p in includes), "-o", str(tmp_path / "w.o"),
+                           str(source)], capture_output=True, text=True, timeout=600)
+
+
+NEEDS_CUDA_TORCH = pytest.mark.skipif(
+    find_nvcc() is None or torch.version.cuda is None,
+    reason="needs nvcc and a CUDA build of torch (CI's colab job has both); the "
+           "emulator builds every wrapper everywhere")
+
+
+@NEEDS_CUDA_TORCH
+@pytest.mark.parametrize("path", WRAPPERS, ids=lambda p: p.name)
+def test_a_wrapper_compiles_by_itself_for_the_cuda_back_end(path, tmp_path):
+    """Each wrapper includes what it uses, torch's headers first (a kernel struct named
+    like one of torch's, seen first, makes torch's headers ambiguous)."""
+    run = nvcc_with_torch(path, tmp_path)
     assert run.returncode == 0, f"{path.name}: nvcc failed\n{run.stderr[-3000:]}"
+
+
+@NEEDS_CUDA_TORCH
+def test_the_exercise_wrappers_compile_for_the_cuda_back_end(tmp_path):
+    """Their functions have distinct names: one translation unit holds all of them."""
+    folder = ab.exercises.catalog.EXERCISE_DIR
+    unit = tmp_path / "exercise_wrappers.cpp"
+    unit.write_text("".join(f'#include "{p}"\n'
+                            for p in sorted(folder.glob("ch*/*.wrapper.cpp"))))
+    run = nvcc_with_torch(unit, tmp_path)
+    assert run.returncode == 0, f"nvcc failed\n{run.stderr[-3000:]}"
 
 
 # ---- the extension cache: a new process loads what an earlier one built --------------

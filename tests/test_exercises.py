@@ -1,12 +1,17 @@
 """Every exercise: its skeleton compiles and is not yet right, its solution passes under
 the three thread orders, and a planted wrong answer is rejected with feedback that says
 where."""
+import ast
+import json
+import pathlib
 import re
 
 import pytest
 
 import attnbook as ab
-from exercise_solutions import PLANTED, SOLUTIONS
+
+EXERCISES = ab.exercises.EXERCISES
+BOOK = pathlib.Path(__file__).parents[1] / "book"
 
 
 def grade(name, source, device):
@@ -15,34 +20,69 @@ def grade(name, source, device):
                               backend="cuda" if device == "cuda" else "emulator")
 
 
-def test_every_exercise_has_a_solution_and_a_planted_bug():
-    assert set(SOLUTIONS) == set(PLANTED) == set(ab.exercises.EXERCISES)
+def notebook_exercises():
+    """{(notebook, name, variable): text} of every cell that grades an exercise:
+    ``MY_KERNEL`` (the skeleton, for the reader to complete) or ``SOLUTION``."""
+    found = {}
+    for nb in sorted(BOOK.glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            source = "".join(cell["source"])
+            call = re.search(r'exercises\.grade\("(\w+)", (\w+)\)', source)
+            if cell["cell_type"] != "code" or not call:
+                continue
+            text = next(node.value.value for node in ast.walk(ast.parse(source))
+                        if isinstance(node, ast.Assign)
+                        and node.targets[0].id == call.group(2))
+            found[nb.name, call.group(1), call.group(2)] = text
+    return found
 
 
-@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+def test_the_notebooks_show_each_exercise_s_files_verbatim():
+    """The chapter folder holds the one copy of each skeleton and solution; the
+    chapter's notebook shows both as they are."""
+    found = notebook_exercises()
+    assert sorted((name, var) for _, name, var in found) == sorted(
+        (name, var) for name in EXERCISES for var in ("MY_KERNEL", "SOLUTION"))
+    for (notebook, name, var), text in found.items():
+        ex = EXERCISES[name]
+        assert notebook.startswith(ex.chapter + "_"), (notebook, name)
+        want = ex.skeleton if var == "MY_KERNEL" else ex.solution
+        assert text.strip("\n") == want.strip("\n"), (notebook, name, var)
+
+
+def test_each_chapter_folder_holds_its_exercises_parts_and_nothing_else():
+    parts = (".cu", ".solution.cu", ".launcher.cu", ".wrapper.cpp")
+    want = {f"ch{ex.chapter}/{ex.name}{part}" for ex in EXERCISES.values()
+            for part in parts}
+    folder = pathlib.Path(ab.exercises.catalog.EXERCISE_DIR)
+    assert {str(p.relative_to(folder)) for p in folder.glob("ch*/*")} == want
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
 def test_solution_passes_skeleton_and_planted_bug_do_not(name, device):
-    report = grade(name, SOLUTIONS[name], device)
+    ex = EXERCISES[name]
+    report = grade(name, ex.solution, device)
     assert report.passed, str(report)
     # the emulator runs every case under each thread order, a GPU runs it once
-    cases = len(ab.exercises.EXERCISES[name].cases())
+    cases = len(ex.cases())
     orders = " × 3 thread orders" if device == "cpu" else ""
     assert report.lines[0] == f"correct on {cases} cases{orders}", str(report)
     skeleton = grade(name, ab.exercises.skeleton(name), device)
     assert not skeleton.passed and "wrong" in str(skeleton)
-    what, (old, new), says = PLANTED[name]
-    assert old in SOLUTIONS[name], what
-    if device == "cuda" and says == "under thread order":
+    bug = ex.planted
+    assert bug.old in ex.solution, bug.what
+    if device == "cuda" and bug.says == "under thread order":
         return   # a missing barrier: a race that only the emulator's orders surely show
-    planted = grade(name, SOLUTIONS[name].replace(old, new), device)
-    assert not planted.passed and says in str(planted), (what, str(planted))
+    planted = grade(name, ex.solution.replace(bug.old, bug.new), device)
+    assert not planted.passed and bug.says in str(planted), (bug.what, str(planted))
 
 
 @pytest.mark.gpu
 def test_a_report_on_a_gpu_times_the_kernel_against_pytorch():
     name = "relu_grid_stride"
-    report = grade(name, SOLUTIONS[name], "cuda")
+    report = grade(name, EXERCISES[name].solution, "cuda")
     assert report.passed and len(report.lines) == 2, str(report)
-    case = ab.exercises.EXERCISES[name].cases()[-1][0]     # the case that is timed
+    case = EXERCISES[name].cases()[-1][0]     # the case that is timed
     timing = re.fullmatch(rf"case {re.escape(case)}: (\d+\.\d{{3}}) ms, "
                           r"PyTorch (\d+\.\d{3}) ms", report.lines[1])
     assert timing, str(report)

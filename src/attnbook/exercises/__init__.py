@@ -20,7 +20,7 @@ import torch
 from ..toolchain import CompileError, compile, has_gpu, thread_order
 from .catalog import EXERCISES
 
-__all__ = ["grade", "skeleton", "GradeReport", "EXERCISES"]
+__all__ = ["grade", "skeleton", "solution", "GradeReport", "EXERCISES"]
 
 ORDERS = (("forward", 0), ("reverse", 0), ("shuffle", 3))
 
@@ -37,8 +37,13 @@ class GradeReport:
 
 
 def skeleton(name: str) -> str:
-    """The kernel text the reader starts from."""
+    """The kernel text the reader starts from (``exercises/chNN/<name>.cu``)."""
     return _exercise(name).skeleton
+
+
+def solution(name: str) -> str:
+    """A kernel text that passes (``exercises/chNN/<name>.solution.cu``)."""
+    return _exercise(name).solution
 
 
 def _exercise(name):
@@ -70,8 +75,8 @@ def grade(name: str, source: str, *, backend: str | None = None) -> GradeReport:
     device = "cuda" if backend == "cuda" else "cpu"
     tag = hashlib.sha256(source.encode()).hexdigest()[:8]
     try:
-        module = compile(f"exercise_{name}_{tag}", source + ex.launcher, ex.wrapper,
-                         [ex.function], backend=backend)
+        module = compile(f"exercise_{name}_{tag}", source + "\n" + ex.launcher,
+                         ex.wrapper, [ex.function], backend=backend)
     except CompileError as e:
         return GradeReport(name, False, ["does not compile:", *str(e).splitlines()[1:]])
     fn = getattr(module, ex.function)

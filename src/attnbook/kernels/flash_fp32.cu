@@ -24,8 +24,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "flash_fp32.h"
-#include "layout.h"
+#include "flash_fp32.h"   // the launcher, and the Layout and MaskParams it takes
 #include "mask.cuh"
 #include "max_nan.cuh"
 

@@ -8,10 +8,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "layout.h"
 #include "mask.cuh"
 #include "softmax.cuh"   // softmax_rows_naive: one thread per row, three passes
-#include "three_kernels.h"
+#include "three_kernels.h"   // the launcher, and the Layout and MaskParams it takes
 
 // Grid (ceil(Sk/16), ceil(Sq/16), B·H), block 16×16: threadIdx.x walks keys, so
 // neighbouring threads write neighbouring scores (coalesced stores). A launch covers

@@ -13,10 +13,9 @@
 #include <cmath>
 
 #include "gemm.cuh"
-#include "layout.h"
 #include "mask.cuh"
 #include "softmax.cuh"
-#include "three_kernels.h"
+#include "three_kernels.h"   // the launcher, and the Layout and MaskParams it takes
 
 // s: [B·H, Sq, Sc] scores of keys j = c·key_step. Grid-stride over all of them.
 __global__ void scale_mask(float* s, int H, int Sq, int Sk, int Sc, int key_step,

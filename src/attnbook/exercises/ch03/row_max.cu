@@ -1,0 +1,7 @@
+// out[r] = max of row r of x ([rows, n]). One block of 256 threads per row: each
+// thread folds x[r][t], x[r][t + 256], ... into one value, then the block halves the
+// 256 values in shared memory until one is left.
+__global__ void row_max(const float* x, float* out, int n) {
+  __shared__ float buf[256];
+  // TODO
+}
