@@ -360,13 +360,13 @@ def test_nvcc_check_compiles_the_host_pass_too():
         ab.ptxas_report(host_error, "sm_80")
 
 
-# ---- python -m attnbook.toolchain.cuda_build_check -----------------------------------
+# ---- python -m attnbook.gpu.cuda_build_check -----------------------------------------
 def test_cuda_build_check_finds_the_notebooks_extensions(tmp_path):
     """Both kinds of extension a notebook builds are found: compile() calls
     (recorded, not built) and dicts of load_inline arguments that a notebook without a
     GPU only shows."""
     import nbformat
-    from attnbook.toolchain import cuda_build_check
+    from attnbook.gpu import cuda_build_check
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         'import attnbook as ab\n'
         'plain = dict(name="plain", cpp_sources="", '
@@ -385,6 +385,6 @@ def test_cuda_build_check_finds_the_notebooks_extensions(tmp_path):
 @pytest.mark.skipif(torch.version.cuda is not None,
                     reason="checks the refusal on CPU torch")
 def test_cuda_build_check_needs_a_cuda_build_of_torch(capsys):
-    from attnbook.toolchain import cuda_build_check
+    from attnbook.gpu import cuda_build_check
     assert cuda_build_check.main(["--no-notebooks"]) == 2
     assert "CUDA build of torch" in capsys.readouterr().out

@@ -291,6 +291,6 @@ def test_extension_names_must_be_ascii_identifiers(name):
 def test_host_assembler_errors_are_extracted():
     log = ("ninja: build stopped\n/tmp/ccQ1.s: Assembler messages:\n"
            "/tmp/ccQ1.s:812: Error: no such instruction: `ldmatrix.sync.aligned'\n")
-    short = importlib.import_module("attnbook.toolchain.compile")._short_error(log)
+    short = importlib.import_module("attnbook.toolchain.compile").short_error(log)
     assert short.endswith("Error: no such instruction: `ldmatrix.sync.aligned'")
     assert "ninja" not in short                         # the error line alone

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attnbook as ab
-from attnbook.reference.checks import attention_args
+from attnbook.args.attention import attention_args
 
 IMPLS = ["flash", "tiled", "naive"]
 NAN, INF = float("nan"), float("inf")

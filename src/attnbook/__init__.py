@@ -6,12 +6,16 @@ One import gives a chapter everything it uses::
 
 The subpackages name the layers, each using only those listed before it:
 ``toolchain`` (kernel text to a Python callable), ``kernels`` (the CUDA sources),
-``reference`` (exact PyTorch), ``ops`` (the registered torch ops), ``bench``,
-``figures``, ``models`` (small models on the kernels, Hugging Face integration).
+``args`` (the input checks), ``reference`` (exact PyTorch), ``ops`` (the registered
+torch ops), ``bench``, ``figures``, ``exercises``, ``models`` (small models on the
+kernels, Hugging Face integration); ``gpu`` holds developer tools. The plots
+(matplotlib) and the models (transformers) are imported on first use.
 """
-from . import bench, exercises, figures, models, ops, reference, toolchain
+import importlib
+
+from . import args, bench, exercises, ops, reference, toolchain
 from .bench import peak_memory
-from .figures import plots, show_kernel, show_source, widgets
+from .figures import show_kernel, show_source
 from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, TC_STEPS, Attention, PagedKVCache,
                   attention, attention_with_kvcache, flash_attention_fp32,
                   flash_attention_tc, gemm, kv_cache_append, softmax)
@@ -23,3 +27,13 @@ from .toolchain import (CompileError, KernelFault, KernelInterrupted, KernelTime
                         thread_order, time_budget, workers)
 
 __version__ = "0.1.0"
+
+# name -> module, imported when first used
+_LAZY = {"figures": "attnbook.figures", "models": "attnbook.models",
+         "plots": "attnbook.figures.plots", "widgets": "attnbook.figures.widgets"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return importlib.import_module(_LAZY[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -289,15 +289,15 @@ def chapter11():
     return rows
 
 
+# Chapter 10's suite benchmarks a model: attnbook.models.ALL_SUITES adds it to these.
 SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05,
           "07": chapter07, "08": chapter08, "09": chapter09, "11": chapter11}
-# Chapter 10's suite (a model) is added by attnbook.models.
 
 
-def main(chapters):
-    for chapter in chapters or SUITES:
-        if chapter not in SUITES:
+def main(chapters, suites):
+    """Run and record ``chapters`` of ``suites`` (all of them if none is named)."""
+    for chapter in chapters or suites:
+        if chapter not in suites:
             raise SystemExit(f"no benchmark for chapter {chapter!r}; "
-                             f"there are {sorted(SUITES)}")
-        bench.run_or_load(chapter, SUITES[chapter])
-
+                             f"there are {sorted(suites)}")
+        bench.run_or_load(chapter, suites[chapter])

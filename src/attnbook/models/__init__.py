@@ -3,14 +3,11 @@ with ``ab.attention`` or with PyTorch's SDPA (chapter 11); a decoder that genera
 with prefill and decode kernels, its benchmark, and the book's attention as a Hugging
 Face transformers implementation, with a loader and a GPT-2-shaped stand-in checkpoint
 (chapter 10)."""
-from ..bench.suites import SUITES
-from .benchmarks import chapter10
+from .benchmarks import ALL_SUITES, chapter10
 from .decoder import ATTENTIONS, Decoder, DecoderConfig, masked_attention
 from .hf import gpt2_stand_in, hf_attention, load_causal_lm, register_hf
 from .tiny import CharTransformer, corpus, encode, fit, train
 
-SUITES["10"] = chapter10   # python -m attnbook.bench 10
-
 __all__ = ["CharTransformer", "corpus", "encode", "fit", "train", "Decoder",
            "DecoderConfig", "ATTENTIONS", "masked_attention", "hf_attention",
-           "register_hf", "load_causal_lm", "gpt2_stand_in", "chapter10"]
+           "register_hf", "load_causal_lm", "gpt2_stand_in", "chapter10", "ALL_SUITES"]

@@ -13,9 +13,10 @@ from __future__ import annotations
 import torch
 
 from ..bench import harness as bench
+from ..bench.suites import SUITES
 from .decoder import Decoder, DecoderConfig
 
-__all__ = ["chapter10", "ttft_tbt", "PROMPT", "NEW_TOKENS"]
+__all__ = ["chapter10", "ALL_SUITES", "ttft_tbt", "PROMPT", "NEW_TOKENS"]
 
 PROMPT, NEW_TOKENS = 1024, 100
 # GPT-2 small: 12 layers, 12 heads of 64, width 768, 50257 tokens.
@@ -100,3 +101,7 @@ def chapter10():
         rows += _hf_rows(batch) + _decoder_rows(batch)
         torch.cuda.empty_cache()
     return rows + _strided_rows()
+
+
+# Every chapter's benchmark suite, in chapter order: python -m attnbook.bench runs them.
+ALL_SUITES = dict(sorted({**SUITES, "10": chapter10}.items()))

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 
 from ..ops.attention import attention
 from ..ops.decode import attention_with_kvcache
-from ..ops.kv_cache import PagedKVCache, kv_cache_append
+from ..ops.kv_cache import kv_cache_append
+from ..ops.paged_kv_cache import PagedKVCache
 
 __all__ = ["DecoderConfig", "Decoder", "ATTENTIONS", "CACHES", "masked_attention"]
 

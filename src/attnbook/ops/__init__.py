@@ -1,4 +1,4 @@
-"""The torch-facing entry points: one input check (:mod:`.checks`), dispatch to a
+"""The torch-facing entry points: one input check (:mod:`attnbook.args`), dispatch to a
 kernel, and the registered ``torch.library`` ops behind them
 (``torch.ops.attnbook.flash_forward``, ``flash_backward``, ``flash_tc_forward``,
 ``three_kernel_forward``, ``softmax``, ``gemm``, ``kv_cache_append``,
@@ -9,6 +9,7 @@ from .decode import attention_with_kvcache
 from .flash import flash_attention_fp32
 from .flash_tc import TC_STEPS, flash_attention_tc
 from .gemm import GEMM_STEPS, gemm
-from .kv_cache import PagedKVCache, kv_cache_append
+from .kv_cache import kv_cache_append
+from .paged_kv_cache import PagedKVCache
 from .registry import EXTENSIONS, Extension, extension
 from .softmax import SOFTMAX_KERNELS, softmax

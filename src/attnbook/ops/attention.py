@@ -1,11 +1,11 @@
 """``attnbook.attention``: the book's kernels behind the contract of
 ``torch.nn.functional.scaled_dot_product_attention``.
 
-Every input is checked (:mod:`.checks`) before anything is launched. Tensors on a CUDA
-device run the CUDA kernels on that device; tensors on the CPU run the same kernels on
-the emulator. The kernels are registered ops (``torch.ops.attnbook.*``) with fake
-implementations, so ``torch.compile(ab.attention, fullgraph=True)``, meta tensors,
-``torch.jit.trace`` and ``torch.export`` see one opaque op per call.
+Every input is checked (:mod:`attnbook.args`) before anything is launched. Tensors on
+a CUDA device run the CUDA kernels on that device; tensors on the CPU run the same
+kernels on the emulator. The kernels are registered ops (``torch.ops.attnbook.*``) with
+fake implementations, so ``torch.compile(ab.attention, fullgraph=True)``, meta
+tensors, ``torch.jit.trace`` and ``torch.export`` see one opaque op per call.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from ..reference.checks import HALF_PRECISION, INT32_MAX, attention_args
+from ..args.attention import HALF_PRECISION, INT32_MAX, attention_args
 from .flash import check_flash_config, check_no_mask_grad, flash_forward
 from .flash_tc import tc_forward
 from .registry import extension

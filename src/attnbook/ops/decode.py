@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-from ..reference.decode_checks import MAX_SPLITS, ROWS_PER_BLOCK, kvcache_args
+from ..args.decode import MAX_SPLITS, ROWS_PER_BLOCK, kvcache_args
 from .kv_cache import kv_cache_append_op
 from .registry import extension
 
@@ -31,7 +31,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of q [B, H, Sq, D] to the first cache_seqlens[b] + new_keys positions
     of each sequence's cache, on checked inputs (see
-    :func:`~attnbook.reference.decode_checks.kvcache_args`): o [B, H, Sq, D] in q's
+    :func:`~attnbook.args.decode.kvcache_args`): o [B, H, Sq, D] in q's
     dtype and the log-sum-exp [B, H, Sq] in float32."""
     table = q.new_empty(0, dtype=torch.int32) if block_table is None else block_table
     module = extension("decode").module(q.device)

@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from ..reference.checks import attention_args
+from ..args.attention import attention_args
 from .registry import extension
 
 __all__ = ["flash_attention_fp32", "flash_forward", "check_flash_config",
@@ -25,7 +25,7 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   causal: bool, stride: int, window: int, scale: float, block_q: int,
                   block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused forward on checked inputs (see
-    :class:`~attnbook.reference.checks.AttentionArgs`): o [B, H, Sq, D] and the
+    :class:`~attnbook.args.attention.AttentionArgs`): o [B, H, Sq, D] and the
     log-sum-exp [B, H, Sq] a backward pass needs."""
     none = q.new_empty(0)
     return tuple(extension("flash_fp32").module(q.device).flash_forward(

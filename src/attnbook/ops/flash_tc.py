@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ..reference.checks import HALF_PRECISION, attention_args
+from ..args.attention import HALF_PRECISION, attention_args
 from .registry import extension
 
 __all__ = ["flash_attention_tc", "flash_tc_forward", "tc_forward", "TC_STEPS",
@@ -93,7 +93,7 @@ def _tiles(step: int, d: int, tiles) -> tuple:
 
 def tc_forward(a, step: int = 5, tiles=None):
     """o [B, H, Sq, D] and lse [B, H, Sq] of step ``step`` on checked half-precision
-    arguments (:class:`~attnbook.reference.checks.AttentionArgs`)."""
+    arguments (:class:`~attnbook.args.attention.AttentionArgs`)."""
     d = a.q.shape[-1]
     if d > max(TC_HEAD_DIMS):
         raise ValueError(f"head_dim {d} is not supported by the tensor-core kernels: "

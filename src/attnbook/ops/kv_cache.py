@@ -1,17 +1,15 @@
-"""The KV cache: the append kernel of ``kernels/kv_cache.cu`` as the registered op
-``torch.ops.attnbook.kv_cache_append`` (it writes into the caches in place), and
-:class:`PagedKVCache`, a pool of pages with a block table and a free list."""
+"""The KV cache's append kernel (``kernels/kv_cache.cu``) as the registered op
+``torch.ops.attnbook.kv_cache_append``: it writes into the caches in place."""
 from __future__ import annotations
 
 from typing import Optional
 
 import torch
 
-from ..reference.checks import check_positive_int
-from ..reference.decode_checks import kvcache_args
+from ..args.decode import kvcache_args
 from .registry import extension
 
-__all__ = ["kv_cache_append", "kv_cache_append_op", "PagedKVCache"]
+__all__ = ["kv_cache_append", "kv_cache_append_op"]
 
 
 @torch.library.custom_op("attnbook::kv_cache_append",
@@ -21,7 +19,7 @@ def kv_cache_append_op(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Te
                        block_table: Optional[torch.Tensor]) -> None:
     """Write k, v [B, Hkv, Sn, D] into the caches at positions cache_seqlens[b]
     … + Sn − 1, on checked inputs (see
-    :func:`~attnbook.reference.decode_checks.kvcache_args`)."""
+    :func:`~attnbook.args.decode.kvcache_args`)."""
     table = k.new_empty(0, dtype=torch.int32) if block_table is None else block_table
     module = extension("kv_cache").module(k.device)
     module.append(k_cache, v_cache, k, v, cache_seqlens, table)
@@ -48,114 +46,3 @@ def kv_cache_append(k_cache, v_cache, k, v, *, cache_seqlens, block_table=None):
                      block_table=block_table)
     if a.k.numel():
         kv_cache_append_op(k_cache, v_cache, a.k, a.v, a.cache_seqlens, a.block_table)
-
-
-class PagedKVCache:
-    """Keys and values of up to ``max_seqs`` sequences in a pool of pages.
-
-    ``k_cache``, ``v_cache``: the pools, [num_blocks, Hkv, block_size, D], filled with
-    NaN where nothing was written (a kernel that read such a slot would show it);
-    ``block_table``: [max_seqs, max_blocks_per_seq] int32, row b naming sequence b's
-    pages in order; ``lengths``: the tokens each sequence holds. Pages come from a free
-    list and return to it when a sequence is freed, so a sequence's pages are neither
-    contiguous nor in order once others have come and gone (``generator`` shuffles the
-    initial list).
-
-    A decoding step: ``reserve`` pages for the new tokens, call
-    :func:`attnbook.attention_with_kvcache` with ``cache_seqlens=cache.seqlens()`` and
-    ``block_table=cache.block_table``, then ``advance``; :meth:`attend` does all three.
-    """
-
-    def __init__(self, num_blocks, num_kv_heads, head_dim, *, max_seqs,
-                 max_blocks_per_seq, block_size=16, dtype=torch.float32, device="cpu",
-                 generator=None):
-        num_blocks = check_positive_int(num_blocks, "num_blocks")
-        self.block_size = check_positive_int(block_size, "block_size")
-        self.max_seqs = check_positive_int(max_seqs, "max_seqs")
-        self.max_blocks_per_seq = check_positive_int(max_blocks_per_seq,
-                                                     "max_blocks_per_seq")
-        shape = (num_blocks, check_positive_int(num_kv_heads, "num_kv_heads"),
-                 self.block_size, check_positive_int(head_dim, "head_dim"))
-        self.k_cache = torch.full(shape, float("nan"), dtype=dtype, device=device)
-        self.v_cache = torch.full(shape, float("nan"), dtype=dtype, device=device)
-        self.block_table = torch.zeros(max_seqs, max_blocks_per_seq, dtype=torch.int32,
-                                       device=device)
-        self.lengths = [0] * max_seqs
-        self.pages = [[] for _ in range(max_seqs)]
-        order = range(num_blocks) if generator is None else \
-            torch.randperm(num_blocks, generator=generator).tolist()
-        self.free_pages = list(reversed(list(order)))   # pop() takes from the end
-
-    @property
-    def num_blocks(self) -> int:
-        return self.k_cache.shape[0]
-
-    def _check_seq(self, seq):
-        if (isinstance(seq, bool) or not isinstance(seq, int)
-                or not 0 <= seq < self.max_seqs):
-            raise ValueError(f"seq must be an int in [0, {self.max_seqs}), got {seq!r}")
-
-    def reserve(self, seq: int, n: int) -> None:
-        """Make room for ``n`` more tokens of sequence ``seq``: take pages from the free
-        list until its pages hold lengths[seq] + n positions. Raises MemoryError when
-        the pool or the sequence's row of the block table is full (nothing is taken
-        then)."""
-        self._check_seq(seq)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"n must be a non-negative int, got {n!r}")
-        need = -(-(self.lengths[seq] + n) // self.block_size) - len(self.pages[seq])
-        if len(self.pages[seq]) + need > self.max_blocks_per_seq:
-            raise MemoryError(f"sequence {seq} would need "
-                              f"{len(self.pages[seq]) + need} pages; its block table "
-                              f"row holds {self.max_blocks_per_seq}")
-        if need > len(self.free_pages):
-            raise MemoryError(f"sequence {seq} needs {need} more pages; "
-                              f"{len(self.free_pages)}"
-                              " are free")
-        for _ in range(max(need, 0)):
-            page = self.free_pages.pop()
-            self.block_table[seq, len(self.pages[seq])] = page
-            self.pages[seq].append(page)
-
-    def advance(self, seq: int, n: int) -> None:
-        """Count ``n`` tokens appended to sequence ``seq`` (its pages must hold
-        them)."""
-        self._check_seq(seq)
-        if self.lengths[seq] + n > len(self.pages[seq]) * self.block_size or n < 0:
-            raise ValueError(
-                f"sequence {seq} has room for "
-                f"{len(self.pages[seq]) * self.block_size - self.lengths[seq]} "
-                f"more tokens, not {n}: reserve first")
-        self.lengths[seq] += n
-
-    def free(self, seq: int) -> None:
-        """A finished sequence: its pages go back to the free list, its length to 0."""
-        self._check_seq(seq)
-        self.free_pages.extend(reversed(self.pages[seq]))
-        self.pages[seq] = []
-        self.lengths[seq] = 0
-        self.block_table[seq] = 0
-
-    def seqlens(self) -> torch.Tensor:
-        """The lengths as the int32 [max_seqs] ``cache_seqlens`` of the decode call."""
-        return torch.tensor(self.lengths, dtype=torch.int32, device=self.k_cache.device)
-
-    def allocated_positions(self) -> int:
-        """Positions reserved in pages (tokens held plus the unused tail of last
-        pages)."""
-        return sum(len(p) for p in self.pages) * self.block_size
-
-    def attend(self, q, k, v, **kwargs):
-        """One step for every sequence: reserve room for k, v's Sn tokens, append them
-        and attend (:func:`attnbook.attention_with_kvcache`), then advance the
-        lengths."""
-        from .decode import attention_with_kvcache
-        sn = k.shape[2]
-        for seq in range(self.max_seqs):
-            self.reserve(seq, sn)
-        out = attention_with_kvcache(q, self.k_cache, self.v_cache, k, v,
-                                     cache_seqlens=self.seqlens(),
-                                     block_table=self.block_table, **kwargs)
-        for seq in range(self.max_seqs):
-            self.advance(seq, sn)
-        return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..reference.checks import INT32_MAX, check_tensor
+from ..args.attention import INT32_MAX, check_tensor
 from .registry import extension
 
 __all__ = ["softmax", "softmax_forward", "SOFTMAX_KERNELS"]

@@ -18,7 +18,7 @@ import math
 import torch
 
 from . import masks
-from .checks import check_reference_args, softmax_scale
+from ..args.attention import check_reference_args, softmax_scale
 
 __all__ = ["attention_reference", "expand_kv"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from .attention import attention_reference
-from .checks import FLOATS
-from .decode_checks import kvcache_args
+from ..args.attention import FLOATS
+from ..args.decode import kvcache_args
 
 __all__ = ["kv_cache_append_reference", "gather_kv", "attention_with_kvcache_reference"]
 

@@ -19,7 +19,7 @@ import torch
 
 from . import masks
 from .attention import expand_kv
-from .checks import check_positive_int, check_reference_args
+from ..args.attention import check_positive_int, check_reference_args
 from .flash_tiles import flash_attention_tiles
 
 __all__ = ["flash_backward_tiles", "FlashAttentionTiles", "attention_tiles_autograd"]

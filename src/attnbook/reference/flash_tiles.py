@@ -14,7 +14,7 @@ import torch
 
 from . import masks
 from .attention import expand_kv
-from .checks import check_positive_int, check_reference_args
+from ..args.attention import check_positive_int, check_reference_args
 
 __all__ = ["flash_attention_tiles"]
 

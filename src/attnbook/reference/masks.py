@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["allowed", "bias", "check_attn_mask", "MASK_KINDS"]
+from ..args.attention import check_attn_mask
+
+__all__ = ["allowed", "bias", "MASK_KINDS"]
 
 MASK_KINDS = ("none", "causal", "key_padding", "additive", "boolean", "strided",
               "strided_causal", "window", "window_causal")
@@ -64,19 +66,6 @@ def allowed(sq: int, sk: int, *, causal: bool = False, stride: int | None = None
         lengths = key_lengths.to(device=ok.device).view(-1, 1, 1, 1)
         ok = ok & (j.view(1, 1, 1, -1) < lengths)
     return ok
-
-
-def check_attn_mask(attn_mask: torch.Tensor, *shape: int) -> None:
-    """Raise a clear error unless ``attn_mask`` broadcasts to ``shape``, the scores'
-    ``[*batch, H, Sq, Sk]``."""
-    have = tuple(attn_mask.shape)
-    if attn_mask.dim() > len(shape) or any(s not in (1, w)
-                                           for s, w in zip(have[::-1], shape[::-1])):
-        raise ValueError(f"attn_mask of shape {have} does not broadcast to "
-                         f"[*batch, H, Sq, Sk] = {list(shape)}")
-    if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
-        raise TypeError("attn_mask must be bool or floating point, "
-                        f"got {attn_mask.dtype}")
 
 
 def bias(b: int, h: int, sq: int, sk: int, *, attn_mask: torch.Tensor | None = None,

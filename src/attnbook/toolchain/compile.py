@@ -97,33 +97,33 @@ def default_backend() -> str:
     return "cuda" if torch.cuda.is_available() else "emulator"
 
 
-def _device_arch() -> str:
+def device_arch() -> str:
     major, minor = torch.cuda.get_device_capability()
     return f"sm_{major}{minor}"
 
 
-def _arch_list(arch: str) -> str:
+def arch_list(arch: str) -> str:
     """TORCH_CUDA_ARCH_LIST's spelling of an architecture: sm_80 -> 8.0, sm_90a ->
     9.0a."""
     m = re.fullmatch(r"sm_(\d+)(\d)(a?)", arch)
     return f"{m.group(1)}.{m.group(2)}{m.group(3)}"
 
 
-def _arch_number(arch: str) -> int:
+def arch_number(arch: str) -> int:
     """__CUDA_ARCH__ of an architecture: sm_80 -> 800, sm_90a -> 900."""
     m = re.fullmatch(r"sm_(\d+)(\d)a?", arch)
     return int(m.group(1)) * 100 + int(m.group(2)) * 10
 
 
-def _source_name(cuda: str) -> str:
+def kernel_file_name(cuda: str) -> str:
     for path in KERNEL_DIR.glob("*.cu"):
         if path.read_text() == cuda:
             return path.name
     return "cell.cu"
 
 
-def _short_error(log: str, source: str = "", source_name: str = "",
-                 limit: int = 12) -> str:
+def short_error(log: str, source: str = "", source_name: str = "",
+                limit: int = 12) -> str:
     """The compiler's error lines, paths trimmed, and the reader's line the first one
     names."""
     lines = [ln for ln in log.splitlines()   # Error: is the host assembler's
@@ -147,7 +147,7 @@ def _build_failure(log: str, cuda: str, wrapper: str, src_name: str, functions) 
     names a function nobody defines, say that instead."""
     missing = [fn for fn in functions
                if not re.search(rf"\b{re.escape(fn)}\s*\(", wrapper + cuda)]
-    short = _short_error(log, cuda, src_name)
+    short = short_error(log, cuda, src_name)
     last = wrapper.count("\n") + 1
 
     def generated(line):
@@ -199,7 +199,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
             raise CompileError(f"the wrapper function {fn!r} has the name of a kernel "
                                "in the CUDA source: give it another name "
                                f"({fn}_of, say)")
-    src_name = _source_name(cuda)
+    src_name = kernel_file_name(cuda)
     search = [*map(pathlib.Path, include_dirs), pathlib.Path.cwd(), KERNEL_DIR]
     header = '#include "attnbook_torch.h"\n'
     wrapper_text = f'#line 1 "wrapper"\n{wrapper}\n'
@@ -215,12 +215,12 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
         cpp = [header + '#include "cuda_emulator.h"\n' + f'#line 1 "{src_name}"\n'
                + kernel_text + "\n" + wrapper_text]
         cu, target, includes = [], "the CPU emulator", [EMULATOR_DIR]
-        cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={_arch_number(arch or 'sm_80')}"]
+        cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={arch_number(arch or 'sm_80')}"]
         cflags, cuda_flags = cflags + list(extra_cflags), []
         if checked:
             cflags += CHECKED_FLAGS
     else:
-        target = arch or _device_arch()
+        target = arch or device_arch()
         cpp = [header + wrapper_text]
         # The kernel text is a real file beside the build (see _write_kernel_file):
         # nvcc's dependency list then names files that exist, and ninja reuses the
@@ -245,9 +245,9 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
     start = time.perf_counter()
     env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if backend == "cuda":   # one architecture compiles fastest
-        os.environ["TORCH_CUDA_ARCH_LIST"] = _arch_list(target)
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list(target)
     try:
-        with quiet_build(verbose), _build_lock(full_name, verbose):
+        with quiet_build(verbose), build_lock(full_name, verbose):
             module = cpp_extension.load_inline(
                 name=full_name, cpp_sources=cpp, cuda_sources=cu or None,
                 functions=functions,
@@ -314,7 +314,7 @@ def build_directory(full_name: str, verbose: bool = False) -> pathlib.Path:
 
 
 @contextlib.contextmanager
-def _build_lock(full_name: str, verbose: bool):
+def build_lock(full_name: str, verbose: bool):
     """Hold the extension's build to this process. torch's own lock (a file ``lock``
     in the build folder) stays behind when a build is killed (a notebook restarted
     mid-build), and the next build of that extension would wait for it forever: an

@@ -68,7 +68,7 @@ _TIMEOUT_ENV = "ATTNBOOK_EMU_TIMEOUT"
 
 
 @contextlib.contextmanager
-def _environ(name: str, value: str):
+def set_env(name: str, value: str):
     old = os.environ.get(name)
     os.environ[name] = value
     try:
@@ -85,7 +85,7 @@ def thread_order(order: str, seed: int = 0):
     ``seed``) inside the ``with`` block."""
     if order not in ORDERS:
         raise ValueError(f"thread order must be one of {ORDERS}, got {order!r}")
-    return _environ(_ENV, f"shuffle:{seed}" if order == "shuffle" else order)
+    return set_env(_ENV, f"shuffle:{seed}" if order == "shuffle" else order)
 
 
 def workers(n: int):
@@ -93,7 +93,7 @@ def workers(n: int):
     ``workers(1)`` runs them one after another, in order, on the calling thread."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"workers must be a positive int, got {n!r}")
-    return _environ(_WORKERS_ENV, str(n))
+    return set_env(_WORKERS_ENV, str(n))
 
 
 def time_budget(seconds: float):
@@ -104,7 +104,7 @@ def time_budget(seconds: float):
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
             not seconds >= 0:
         raise ValueError(f"time budget must be seconds >= 0, got {seconds!r}")
-    return _environ(_TIMEOUT_ENV, repr(float(seconds)))
+    return set_env(_TIMEOUT_ENV, repr(float(seconds)))
 
 
 class KernelTimeout(RuntimeError):
@@ -163,7 +163,7 @@ def guard_module(module, functions, twin=None):
     return module
 
 
-def _blank(source: str, strings: bool) -> str:
+def blank_out(source: str, strings: bool) -> str:
     """Replace comments (and, if ``strings``, the insides of literals) by spaces,
     keeping every newline, so positions in the result are positions in ``source``."""
     out = list(source)
@@ -317,7 +317,7 @@ def _host_builtins(code: str) -> str:
     """A host variable named like a built-in (``dim3 gridDim(n / 256);``) is renamed in
     its scope, since the built-ins are macros on the emulator."""
     while True:
-        masked = _blank(code, strings=True)
+        masked = blank_out(code, strings=True)
         m = _BUILTIN_DECL.search(masked)
         if not m:
             return code
@@ -330,7 +330,7 @@ def _host_builtins(code: str) -> str:
 
 def _launches(code: str) -> str:
     while True:
-        masked = _blank(code, strings=True)
+        masked = blank_out(code, strings=True)
         open_ = masked.find("<<<")
         if open_ < 0:
             return code
@@ -382,7 +382,7 @@ def inline_headers(source: str, name: str, folders, seen=None) -> str:
 def to_cpp(source: str) -> str:
     """The kernel source as C++ for the emulator: same lines, CUDA-only syntax
     rewritten. Comments are dropped (replaced by blanks)."""
-    code = _blank(source, strings=False)
+    code = blank_out(source, strings=False)
     code = _extern_shared(code)
-    code = _static_shared(code, _blank(code, strings=True))
+    code = _static_shared(code, blank_out(code, strings=True))
     return _launches(_host_builtins(code))

@@ -27,8 +27,8 @@ import torch
 
 from . import emulator, ptx
 from .compile import (BACKENDS, CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR, INCLUDE_DIR,
-                      CompileError, _arch_list, _arch_number, _build_lock,
-                      _device_arch, _short_error, build_directory, cpp_extension,
+                      CompileError, arch_list, arch_number, build_lock,
+                      device_arch, short_error, build_directory, cpp_extension,
                       default_backend, emulator_headers, quiet_build,
                       write_if_changed)
 
@@ -41,7 +41,7 @@ _TO_CPU = [(re.compile(r"\bkCUDA\b"), "kCPU"),
 
 
 def _to_cpu(code: str) -> str:
-    masked = emulator._blank(code, strings=True)
+    masked = emulator.blank_out(code, strings=True)
     edits = sorted((m.start(), m.end(), new) for pattern, new in _TO_CPU
                    for m in pattern.finditer(masked))
     for start, end, new in reversed(edits):
@@ -99,7 +99,7 @@ def load_extension(path_or_text=None, name: str | None = None, *, sources=None,
         public = [n for n in dir(module) if not n.startswith("_")]
         twin = _Twin(build, arch or "sm_80")
         return emulator.guard_module(module, public, twin)
-    return build.cuda(arch or _device_arch())
+    return build.cuda(arch or device_arch())
 
 
 def _key(*parts) -> str:
@@ -141,7 +141,7 @@ class Build:
             first = ('#include <torch/extension.h>\n#include "cuda_emulator.h"\n'
                      if file_name.endswith(".cu") else "")
             texts.append((first + f'#line 1 "{file_name}"\n{code}\n', file_name))
-        cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={_arch_number(arch)}",
+        cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={arch_number(arch)}",
                               *self.cflags, *(CHECKED_FLAGS if checked else ())]
         full = f"{self.name}_{'checked' if checked else 'emulator'}_" + _key(
             *(t for pair in texts for t in pair), *cflags, torch.__version__,
@@ -159,14 +159,14 @@ class Build:
                                             torch.__version__)
         folder = build_directory(full, self.verbose)
         paths = [write_if_changed(folder / name, text) for text, name in self.files]
-        with emulator._environ("TORCH_CUDA_ARCH_LIST", _arch_list(arch)):
+        with emulator.set_env("TORCH_CUDA_ARCH_LIST", arch_list(arch)):
             return self._load(full, paths, ["-O2", *self.cflags],
                               ["-O3", *self.cuda_cflags], self.folders, arch)
 
     def _load(self, full, paths, cflags, cuda_cflags, includes, target):
         start = time.perf_counter()
         try:
-            with quiet_build(self.verbose), _build_lock(full, self.verbose):
+            with quiet_build(self.verbose), build_lock(full, self.verbose):
                 module = cpp_extension.load(
                     name=full, sources=paths, extra_cflags=cflags,
                     extra_cuda_cflags=cuda_cflags or None,
@@ -184,5 +184,5 @@ class Build:
         """The compiler's errors, with the reader's line the first one names."""
         for text, file_name in self.files:
             if re.search(re.escape(file_name) + r"[:(]\d+", log):
-                return _short_error(log, text, file_name)
-        return _short_error(log)
+                return short_error(log, text, file_name)
+        return short_error(log)

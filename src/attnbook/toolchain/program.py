@@ -28,7 +28,7 @@ import torch
 
 from . import emulator, ptx, sanitizer
 from .compile import (CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR, INCLUDE_DIR,
-                      CompileError, _arch_number, _build_lock, _short_error,
+                      CompileError, arch_number, build_lock, short_error,
                       build_directory, cpp_extension, emulator_headers)
 
 __all__ = ["build", "run", "main"]
@@ -58,7 +58,7 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
         raise CompileError(f"{path.name}: {e}") from None
     cpp = (f'#include "cuda_emulator.h"\n#line 1 "{path.name}"\n{code}\n'
            '#include "emu_program.h"\n')
-    flags = ["-std=c++20", *_FLAGS, f"-DATTNBOOK_EMU_ARCH={_arch_number(arch)}",
+    flags = ["-std=c++20", *_FLAGS, f"-DATTNBOOK_EMU_ARCH={arch_number(arch)}",
              *(f"-D{d}" for d in defines),
              *(f"-I{p}" for p in (EMULATOR_DIR, INCLUDE_DIR, *folders)),
              *(f"-I{p}" for p in cpp_extension.include_paths())]
@@ -74,7 +74,7 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
     folder = build_directory(full, verbose)
     exe = folder / name
     start = time.perf_counter()
-    with _build_lock(full, verbose):
+    with build_lock(full, verbose):
         if not exe.is_file():
             (folder / f"{name}.cpp").write_text(cpp)
             command = [os.environ.get("CXX", "c++"), *flags,
@@ -82,7 +82,7 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode:
                 raise CompileError(f"compiling {path.name} failed:\n"
-                                   + _short_error(done.stderr, text, path.name))
+                                   + short_error(done.stderr, text, path.name))
     print(f"compiled {name}{' (checked)' if sanitize else ''} for the CPU emulator in "
           f"{time.perf_counter() - start:.1f} s", file=log or sys.stdout)
     return exe

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 
-from .emulator import _blank
+from .emulator import blank_out
 
 __all__ = ["to_cpp", "SUPPORTED"]
 
@@ -494,7 +494,7 @@ def _where(code: str, pos: int) -> str:
 def to_cpp(code: str) -> str:
     """``code`` with every asm statement replaced by emulator calls on its first line;
     raises SyntaxError naming an instruction the emulator does not implement."""
-    masked = _blank(code, strings=True)
+    masked = blank_out(code, strings=True)
     out, last = [], 0
     for m in _ASM.finditer(masked):
         if m.start() < last:

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import tempfile
 
-from .compile import (KERNEL_DIR, CompileError, _short_error, _source_name,
+from .compile import (KERNEL_DIR, CompileError, short_error, kernel_file_name,
                       cpp_extension)
 
 __all__ = ["ptxas_report", "find_nvcc"]
@@ -35,14 +35,14 @@ def ptxas_report(cuda: str, arch: str = "sm_80") -> dict:
         raise RuntimeError("ptxas_report needs nvcc (the CUDA toolkit), which this "
                            "machine lacks")
     with tempfile.TemporaryDirectory() as tmp:
-        src = pathlib.Path(tmp) / _source_name(cuda)
+        src = pathlib.Path(tmp) / kernel_file_name(cuda)
         src.write_text(cuda)
         cmd = [nvcc, "-c", f"-arch={arch}", "-O3", "-std=c++17", "-Xptxas=-v",
                f"-I{KERNEL_DIR}", "-o", os.devnull, str(src)]
         run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         raise CompileError(f"nvcc -arch={arch} failed:\n"
-                           f"{_short_error(run.stderr + run.stdout)}")
+                           f"{short_error(run.stderr + run.stdout)}")
     report, current = {}, None
     for line in run.stderr.splitlines():
         m = re.search(r"(?:Compiling entry function|Function properties for) '?(\w+)'?",

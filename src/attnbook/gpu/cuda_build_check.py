@@ -1,7 +1,7 @@
 """Build every extension of the package and of the notebooks with the CUDA back end, for
 each architecture the book targets, on a machine without a GPU.
 
-    python -m attnbook.toolchain.cuda_build_check [--arch sm_75 sm_80 sm_90]
+    python -m attnbook.gpu.cuda_build_check [--arch sm_75 sm_80 sm_90]
                                                   [--no-notebooks]
 
 It needs a CUDA build of torch and the CUDA toolkit (``CUDA_HOME``), but no GPU: this is
@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from .compile import CompileError, _arch_list, compile, kernel_source
+from ..toolchain.compile import CompileError, arch_list, compile, kernel_source
 
 ARCHS = ("sm_75", "sm_80", "sm_90")
 BOOK = pathlib.Path(__file__).resolve().parents[3] / "book"
@@ -84,7 +84,7 @@ def build(call, arch) -> None:
     import os
     from torch.utils.cpp_extension import load_inline
     args = dict(call[1], name=f"{call[1]['name']}_{arch}")
-    os.environ["TORCH_CUDA_ARCH_LIST"] = _arch_list(arch)
+    os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list(arch)
     try:
         load_inline(**args)
     except (RuntimeError, ImportError) as e:

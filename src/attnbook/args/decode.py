@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import (INT32_MAX, check_positive_int, check_same_device, check_tensor,
-                     softmax_scale)
+from .attention import (INT32_MAX, check_positive_int, check_same_device,
+                        check_tensor, softmax_scale)
 
 __all__ = ["KVCacheArgs", "kvcache_args", "MAX_SPLITS", "ROWS_PER_BLOCK"]
 
@@ -218,4 +218,3 @@ def _check_pages(block_table, lengths, new_keys, block_size, num_pages):
     # Entries past a sequence's pages are never read: clamped, they narrow safely.
     return table.clamp(-1, num_pages).to(torch.int32).contiguous().to(
         block_table.device)
-

@@ -15,16 +15,28 @@ from dataclasses import dataclass
 
 import torch
 
-from . import masks
-
 __all__ = ["AttentionArgs", "attention_args", "check_reference_args", "check_tensor",
-           "check_positive_int", "check_same_device", "INT32_MAX", "FLOATS"]
+           "check_attn_mask", "check_positive_int", "check_same_device", "INT32_MAX",
+           "FLOATS"]
 
 INT32_MAX = 2**31 - 1
 # meta: shapes only (the ops' fake implementations)
 DEVICE_TYPES = ("cuda", "cpu", "meta")
 HALF_PRECISION = (torch.float16, torch.bfloat16)
 INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+
+def check_attn_mask(attn_mask: torch.Tensor, *shape: int) -> None:
+    """Raise a clear error unless ``attn_mask`` broadcasts to ``shape``, the scores'
+    ``[*batch, H, Sq, Sk]``."""
+    have = tuple(attn_mask.shape)
+    if attn_mask.dim() > len(shape) or any(s not in (1, w)
+                                           for s, w in zip(have[::-1], shape[::-1])):
+        raise ValueError(f"attn_mask of shape {have} does not broadcast to "
+                         f"[*batch, H, Sq, Sk] = {list(shape)}")
+    if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+        raise TypeError("attn_mask must be bool or floating point, "
+                        f"got {attn_mask.dtype}")
 
 
 def check_tensor(x, name: str, dtypes=(torch.float32,), min_dim: int = 0) -> None:
@@ -184,7 +196,7 @@ def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     sk = k4.shape[2]
     bias = None
     if attn_mask is not None:
-        masks.check_attn_mask(attn_mask, *q.shape[:-1], sk)
+        check_attn_mask(attn_mask, *q.shape[:-1], sk)
         m = attn_mask
         if m.dtype == torch.bool:
             m = torch.zeros(m.shape, device=m.device).masked_fill(~m, float("-inf"))

@@ -1,0 +1,105 @@
+"""The package's layers point one way, as the README's layout table says: every import
+between subpackages goes down (lazy imports inside functions included), no two modules
+import each other, no module reaches into another's private names, and
+``import attnbook`` leaves the plots and the models for their first use."""
+import ast
+import pathlib
+import re
+import subprocess
+import sys
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "attnbook"
+# Each layer may import those of lower rank only.
+RANK = {"toolchain": 0, "args": 1, "reference": 2, "ops": 3, "bench": 4, "figures": 5,
+        "exercises": 5, "models": 6, "gpu": 7}
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports():
+    """{module: {(imported module, names)}} of every attnbook import in the package,
+    but the façade (attnbook/__init__) and entry points (__main__), which stand above
+    every layer."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = module_name(path)
+        if name == "attnbook" or path.name == "__main__.py":
+            continue
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found[name] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif isinstance(node, ast.ImportFrom):
+                target = node.module or ""
+            elif isinstance(node, ast.Import):
+                found[name] |= {(a.name, ()) for a in node.names
+                                if a.name.startswith("attnbook")}
+                continue
+            else:
+                continue
+            if target.startswith("attnbook"):
+                names = tuple(a.name for a in node.names)
+                submodules = [f"{target}.{n}" for n in names
+                              if (PACKAGE.parent / f"{target}.{n}".replace(".", "/")
+                                  ).with_suffix(".py").is_file()]
+                if len(submodules) < len(names):   # not only submodules
+                    found[name].add((target, names))
+                found[name] |= {(m, ()) for m in submodules}
+    return found
+
+
+def layer(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_every_layer_is_ranked():
+    assert {layer(m) for m in imports()} == set(RANK)
+
+
+def test_imports_between_layers_go_down():
+    up = sorted(f"{m} imports {t}" for m, targets in imports().items()
+                for t, _ in targets
+                if t != "attnbook" and layer(t) != layer(m)
+                and RANK[layer(t)] >= RANK[layer(m)])
+    assert not up, up
+
+
+def test_no_modules_import_each_other():
+    graph = {m: {t for t, _ in targets if t in imports()}
+             for m, targets in imports().items()}
+
+    def reaches(start, goal, seen):
+        return any(t == goal or (t not in seen and not seen.add(t)
+                                 and reaches(t, goal, seen))
+                   for t in graph[start])
+
+    circles = sorted(m for m in graph if reaches(m, m, set()))
+    assert not circles, circles
+
+
+def test_no_private_names_across_modules():
+    reached = sorted(f"{m}: {t}.{n}" for m, targets in imports().items()
+                     for t, names in targets for n in names
+                     if n.startswith("_") and t != m)
+    for path in PACKAGE.rglob("*.py"):
+        reached += [f"{module_name(path)}: {hit}" for hit in re.findall(
+            r"\b(?:emulator|compile|ptx|sanitizer|ops|flash|registry)\._[a-z]\w*",
+            path.read_text())]
+    assert not reached, reached
+
+
+def test_import_attnbook_leaves_plots_and_models_for_later():
+    probe = ("import sys, attnbook as ab\n"
+             "heavy = [m for m in sys.modules if m == 'matplotlib.pyplot'\n"
+             "         or m.startswith(('attnbook.models', 'transformers'))]\n"
+             "assert not heavy, heavy\n"
+             "assert ab.models.Decoder and ab.plots.plot_speedups\n"
+             "from attnbook.figures import diagrams\n")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
