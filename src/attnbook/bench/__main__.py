@@ -1,9 +1,35 @@
 """``python -m attnbook.bench 02 03 …``: run chapters' benchmark suites on a GPU and
-record their results (every suite when no chapter is named). An entry point above the
-layers: chapter 10's suite comes from :mod:`attnbook.models`."""
+record their results (every suite when no chapter is named).
+
+``python -m attnbook.bench --cards [NAME …]``: print the design card of every package
+kernel (or of those named), no GPU needed; ``--write-budgets`` writes today's figures
+as ``bench/budgets.toml``.
+
+An entry point above the layers: chapter 10's suite comes from :mod:`attnbook.models`.
+"""
 import sys
 
-from ..models import ALL_SUITES
-from .suites import main
 
-main(sys.argv[1:], ALL_SUITES)
+def main(argv):
+    if "--cards" not in argv:
+        from ..models import ALL_SUITES
+        from .suites import main as run_suites
+        run_suites(argv, ALL_SUITES)
+        return
+    from . import cards
+    names = [a for a in argv if not a.startswith("--")]
+    specs = [s for s in cards.SPECS if not names or s.name in names]
+    if names and len(specs) != len(names):
+        raise SystemExit(f"no card among {names}; there are "
+                         f"{[s.name for s in cards.SPECS]}")
+    drawn = []
+    for spec in specs:
+        drawn.append(cards.design_card(spec))
+        print(drawn[-1], end="\n\n", flush=True)
+    print(cards.summary(drawn))
+    if "--write-budgets" in argv:
+        cards.BUDGETS.write_text(cards.budget_toml(drawn))
+        print(f"wrote {cards.BUDGETS}")
+
+
+main(sys.argv[1:])

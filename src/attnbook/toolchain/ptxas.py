@@ -2,6 +2,9 @@
 kernel, from an nvcc compile that needs no GPU."""
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
 import pathlib
 import re
@@ -9,8 +12,8 @@ import shutil
 import subprocess
 import tempfile
 
-from .compile import (KERNEL_DIR, CompileError, short_error, kernel_file_name,
-                      cpp_extension)
+from .compile import (KERNEL_DIR, CompileError, build_directory, cpp_extension,
+                      kernel_file_name, short_error)
 
 __all__ = ["ptxas_report", "find_nvcc"]
 
@@ -29,11 +32,34 @@ def ptxas_report(cuda: str, arch: str = "sm_80") -> dict:
     """Compile ``cuda`` with nvcc for ``arch`` (compile only, no GPU needed; host code
     too, as a real build does) and return what ptxas reports per kernel:
     ``{kernel: {"registers", "spill_stores", "spill_loads", "shared_bytes",
-    "stack_bytes"}}``. Raises CompileError if it does not compile."""
+    "stack_bytes"}}``. Raises CompileError if it does not compile. Reports are kept in
+    the extension cache, keyed by the text, every header and kernel file of
+    ``attnbook/kernels`` (which it may include), the architecture and nvcc's
+    version."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise RuntimeError("ptxas_report needs nvcc (the CUDA toolkit), which this "
                            "machine lacks")
+    key = hashlib.sha256("\0".join(
+        [cuda, arch, _version(nvcc), *(p.read_text() for p in sorted(
+            KERNEL_DIR.iterdir()) if p.suffix in (".cu", ".cuh", ".h"))]
+    ).encode()).hexdigest()[:16]
+    cached = build_directory("ptxas_reports") / f"{key}.json"
+    if cached.is_file():
+        return json.loads(cached.read_text())
+    report = _report(nvcc, cuda, arch)
+    partial = cached.with_suffix(f".{os.getpid()}")   # readers see all of it or none
+    partial.write_text(json.dumps(report))
+    os.replace(partial, cached)
+    return report
+
+
+@functools.cache
+def _version(nvcc: str) -> str:
+    return subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+
+
+def _report(nvcc: str, cuda: str, arch: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         src = pathlib.Path(tmp) / kernel_file_name(cuda)
         src.write_text(cuda)

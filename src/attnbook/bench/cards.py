@@ -1,0 +1,416 @@
+"""Design cards: what decides a kernel's speed, measured without a GPU.
+
+A card puts together, for one call of an op at one shape:
+
+* for each kernel it launches, what ptxas reports for sm_75, sm_80 and sm_90
+  (registers, spill stores and loads, stack, static shared memory) and the theoretical
+  occupancy that follows with the launch's block and dynamic shared memory;
+* what the emulator counts in that launch (:func:`attnbook.profile`): global bytes,
+  requests, 32-byte sectors per request and bytes per request; shared-memory wavefronts
+  per request and their ratio to the conflict-free count;
+* a **lower bound** on the call's time on a T4, an A100 and an H100:
+  max(FLOPs / peak, bytes / bandwidth), once with the least traffic the operation needs
+  and once with the global bytes the kernels request. A bound, never a measurement:
+  caches, latency and occupancy only make a kernel slower than it.
+
+Deterministic: the same kernels at the same shape give the same card anywhere.
+
+    python -m attnbook.bench --cards        # every card of the package
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+from typing import Callable
+
+import torch
+
+from ..ops.attention import three_kernels
+from ..ops.backward import flash_backward
+from ..ops.decode import attention_with_kvcache
+from ..ops.flash import flash_attention_fp32, flash_forward
+from ..ops.flash_tc import flash_attention_tc
+from ..ops.gemm import gemm
+from ..ops.kv_cache import kv_cache_append
+from ..ops.softmax import softmax
+from ..toolchain import occupancy, profile, ptxas_report
+from ..toolchain.compile import kernel_source
+from .harness import attention_bytes, attention_flops
+
+__all__ = ["Spec", "Card", "design_card", "SPECS", "card", "ARCHS", "DEVICES",
+           "measures", "over_budget", "budgets", "budget_toml", "BUDGETS",
+           "lower_bound_us", "summary"]
+
+ARCHS = ("sm_75", "sm_80", "sm_90")
+# Datasheet peaks of the devices the bounds are for (dense; tensor cores for fp16).
+DEVICES = {"T4": dict(fp32_tflops=8.1, fp16_tflops=65.0, bandwidth_gbs=320.0),
+           "A100": dict(fp32_tflops=19.5, fp16_tflops=312.0, bandwidth_gbs=1555.0),
+           "H100": dict(fp32_tflops=67.0, fp16_tflops=989.0, bandwidth_gbs=3350.0)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """How to draw one card: ``run(*prepare())`` calls the op on CPU tensors (only
+    ``run`` is profiled); ``source`` is the kernel file ptxas compiles; ``kernels``
+    names, launch by launch, the instantiation ptxas compiled for it
+    (``"flash_fwd_fp32_kernel<64, 64, 32>"``; "" where the kernel's name is enough);
+    ``flops`` (FMA = 2) and ``min_bytes`` are the operation's own, ``tensor_cores``
+    whether its FLOPs run on them."""
+    name: str
+    chapter: str
+    shape: str
+    source: str
+    run: Callable
+    flops: float
+    min_bytes: float
+    kernels: tuple = ()
+    tensor_cores: bool = False
+    prepare: Callable = tuple
+
+
+@dataclasses.dataclass
+class KernelCard:
+    kernel: str        # as ptxas names it
+    grid: tuple
+    block: tuple
+    dynamic_shared: int
+    static: dict       # arch -> ptxas's numbers, occupancy and what bounds it
+    memory: dict       # "global load" ... -> requests, bytes, per-request figures
+
+    @property
+    def short_name(self) -> str:
+        """``flash_fwd_fp32_kernel<64, 64, 32>``: the name without return type and
+        parameters."""
+        return re.sub(r"^void ", "", self.kernel.split("(")[0])
+
+
+@dataclasses.dataclass
+class Card:
+    spec: Spec
+    kernels: list
+    bounds_us: dict    # device -> (bound with the least bytes, with counted bytes)
+
+    @property
+    def counted_bytes(self) -> int:
+        return sum(k.memory[f"global {op}"]["bytes"] for k in self.kernels
+                   for op in ("load", "store"))
+
+    def __str__(self):
+        s = self.spec
+        out = [f"{s.name} (chapter {s.chapter}, {s.shape}): {s.flops / 1e6:.1f} MFLOP, "
+               f"least traffic {s.min_bytes / 1e6:.2f} MB, counted global "
+               f"{self.counted_bytes / 1e6:.2f} MB"]
+        for k in self.kernels:
+            out.append(f"  {k.kernel}  grid {k.grid} block {k.block} "
+                       f"dyn. shared {k.dynamic_shared} B")
+            for arch, st in k.static.items():
+                out.append(f"    {arch}: {st['registers']} regs, spills "
+                           f"{st['spill_stores']}/{st['spill_loads']} B, stack "
+                           f"{st['stack_bytes']} B, shared {st['shared_bytes']} B, "
+                           f"occupancy {st['occupancy']:.1%} "
+                           f"({', '.join(st['bound_by'])})")
+            for what, m in k.memory.items():
+                if not m["requests"]:
+                    continue
+                per = (f"{m['sectors_per_request']:.2f} sectors/req"
+                       if what.startswith("global")
+                       else f"{m['wavefronts_per_request']:.2f} wavefronts/req, "
+                            f"{m['conflict_ways']:.1f}x conflict-free")
+                out.append(f"    {what}: {m['requests']} req, {m['bytes']} B, "
+                           f"{m['bytes_per_request']:.0f} B/req, {per}")
+        out.append("  lower bound (least bytes / counted bytes): " + ", ".join(
+            f"{d} {a:.2f} / {b:.2f} µs" for d, (a, b) in self.bounds_us.items()))
+        return "\n".join(out)
+
+
+def _base(name: str) -> str:
+    """``flash_fwd_fp32_kernel`` of "void flash_fwd_fp32_kernel<64, 64, 32>(...)" and of
+    the emulator's "flash_fwd_fp32_kernel<D, Br, Bc>"."""
+    name = re.sub(r"^void ", "", name)
+    return re.split(r"[<(]", name, maxsplit=1)[0].strip()
+
+
+def _instance(report: dict, launched: str, compiled: str) -> str:
+    """The ptxas name of the kernel a launch of ``launched`` ran: the one named
+    ``compiled`` (its name and template arguments), else the only one of its name."""
+    if compiled:
+        found = [k for k in report
+                 if re.sub(r"^void ", "", k).startswith(compiled + "(")]
+    else:
+        found = [k for k in report if _base(k) == _base(launched)]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} compiled kernels match the launch of "
+                          f"{launched!r} ({found[:4]}): name the instantiation in "
+                          "Spec.kernels")
+    return found[0]
+
+
+def _memory(launch) -> dict:
+    out = {}
+    for space in ("global", "shared"):
+        for op in ("load", "store"):
+            t = launch.total(space, op)
+            row = dict(requests=t.requests, bytes=t.bytes,
+                       bytes_per_request=t.bytes / t.requests if t.requests else 0.0)
+            if space == "global":
+                row["sectors_per_request"] = t.per_request
+            else:
+                row["wavefronts_per_request"] = t.per_request
+                row["conflict_ways"] = t.conflict_ways
+            out[f"{space} {op}"] = row
+    return out
+
+
+def design_card(spec: Spec) -> Card:
+    """The card of ``spec``: its run under the emulator's profile and ptxas for every
+    architecture of :data:`ARCHS` (nvcc needed, no GPU)."""
+    args = spec.prepare()
+    with profile() as report:
+        spec.run(*args)
+    text = kernel_source(spec.source)
+    static = {arch: ptxas_report(text, arch) for arch in ARCHS}
+    kernels = []
+    names = spec.kernels or ("",) * len(report.launches)
+    if len(names) != len(report.launches):
+        raise LookupError(f"{spec.name}: {len(report.launches)} launches, "
+                          f"{len(names)} names in Spec.kernels")
+    for launch, compiled in zip(report.launches, names):
+        name = _instance(static["sm_80"], launch.kernel, compiled)
+        threads = launch.block[0] * launch.block[1] * launch.block[2]
+        per_arch = {}
+        for arch in ARCHS:
+            st = dict(static[arch][name])
+            occ = occupancy(st["registers"], st["shared_bytes"] + launch.shared_bytes,
+                            threads, arch)
+            per_arch[arch] = dict(st, occupancy=occ["occupancy"], blocks=occ["blocks"],
+                                  bound_by=occ["bound_by"])
+        kernels.append(KernelCard(name, launch.grid, launch.block, launch.shared_bytes,
+                                  per_arch, _memory(launch)))
+    card = Card(spec, kernels, {})
+    card.bounds_us = {device: tuple(lower_bound_us(spec.flops, nbytes, device,
+                                                   spec.tensor_cores)
+                                    for nbytes in (spec.min_bytes, card.counted_bytes))
+                      for device in DEVICES}
+    return card
+
+
+def lower_bound_us(flops: float, nbytes: float, device: str,
+                   tensor_cores: bool = False) -> float:
+    """No kernel on ``device`` does ``flops`` and moves ``nbytes`` of DRAM traffic in
+    less than max(flops / peak, bytes / bandwidth): microseconds."""
+    p = DEVICES[device]
+    peak = p["fp16_tflops" if tensor_cores else "fp32_tflops"] * 1e12
+    return 1e6 * max(flops / peak, nbytes / (p["bandwidth_gbs"] * 1e9))
+
+
+def summary(cards) -> str:
+    """One Markdown row per kernel of ``cards`` (sm_80's ptxas figures; the worst
+    sectors per global request; shared wavefronts over conflict-free; the card's
+    traffic over the least and its A100 bound)."""
+    rows = ["| card | kernel | regs | spill B | stack B | occupancy | sectors/req "
+            "| smem ways | traffic | A100 bound µs |", "|" + " --- |" * 10]
+    for c in cards:
+        m = measures(c)
+        for k, f in zip(c.kernels, m["kernels"]):
+            st = k.static["sm_80"]
+            rows.append(
+                f"| {c.spec.name} | `{k.short_name}` | "
+                f"{st['registers']} | {st['spill_stores'] + st['spill_loads']} | "
+                f"{st['stack_bytes']} | {st['occupancy']:.1%} | "
+                f"{max(f['load_sectors'], f['store_sectors']):.1f} | "
+                f"{f['conflict_ways']:.1f} | {m['traffic']:.2f}x | "
+                f"{c.bounds_us['A100'][0]:.2f} |")
+    return "\n".join(rows)
+
+
+# ---- the package's kernels, each at a shape the emulator runs in seconds ------------
+def _randn(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+B, H, S, D = 1, 2, 128, 64
+_SHAPE = f"B={B} H={H} S={S} D={D}"
+
+
+def _attention(dtype=torch.float32):
+    return [_randn(B, H, S, D, dtype=dtype, seed=i) for i in range(3)]
+
+
+def _softmax_spec(kernel):
+    rows, n = 32, 1024
+    # FLOPs: 5 per element (max, subtract, exp, sum, scale); bytes: read x, write y.
+    return Spec(f"softmax {kernel}", "3", f"[{rows}, {n}]", "softmax.cu",
+                lambda: softmax(_randn(rows, n), kernel), flops=5.0 * rows * n,
+                min_bytes=8.0 * rows * n)
+
+
+def _gemm_spec(step):
+    n = 128
+    a, b = _randn(n, n), _randn(n, n, seed=1)
+    kernel = {1: "gemm_naive<false>", 2: "gemm_smem<false, 16>",
+              3: "gemm_regblock<false, false>", 4: "gemm_regblock<false, true>"}[step]
+    return Spec(f"gemm step {step}", "4", f"M=N=K={n}", "gemm.cu",
+                lambda: gemm(a, b, step=step), flops=2.0 * n ** 3,
+                min_bytes=12.0 * n * n, kernels=(kernel,))
+
+
+def _decode_run():
+    q = _randn(2, 8, 1, 128, dtype=torch.float16)
+    cache = [_randn(2, 2, 512, 128, dtype=torch.float16, seed=s) for s in (1, 2)]
+    lengths = torch.tensor([512, 301], dtype=torch.int32)
+    attention_with_kvcache(q, *cache, cache_seqlens=lengths, num_splits=1)
+
+
+def _append_run():
+    caches = [torch.zeros(2, 2, 512, 128, dtype=torch.float16) for _ in range(2)]
+    new = [_randn(2, 2, 1, 128, dtype=torch.float16, seed=s) for s in (1, 2)]
+    kv_cache_append(*caches, *new, cache_seqlens=torch.tensor([7, 300],
+                                                              dtype=torch.int32))
+
+
+def _forward_for_backward():
+    q, k, v = _attention()
+    o, lse = flash_forward(q, k, v, None, None, False, 0, 0, D ** -0.5, 64, 32)
+    return q, k, v, o, lse
+
+
+def _backward_run(q, k, v, o, lse):
+    flash_backward(torch.ones_like(o), q, k, v, o, lse, None, None, None, False, 0, 0,
+                   D ** -0.5)
+
+
+_TC_KERNELS = {
+    1: "flash_tc_smem_p_kernel<__half, 64, 64, 4, LaneFragments>",
+    2: "flash_tc_smem_p_kernel<__half, 64, 64, 4, LdmatrixFragments<false> >",
+    3: "flash_tc_smem_p_kernel<__half, 64, 64, 4, LdmatrixFragments<true> >",
+    4: "flash_tc_pipeline_kernel<__half, 64, 64, 4, false>",
+    5: "flash_tc_pipeline_kernel<__half, 64, 64, 4, true>"}
+_FWD = dict(flops=attention_flops(B, H, S, S, D),
+            min_bytes=attention_bytes(B, H, S, S, D))
+SPECS = [
+    *(_softmax_spec(k) for k in ("naive", "block_tree", "warp", "block_warps",
+                                 "online")),
+    *(_gemm_spec(step) for step in (1, 2, 3, 4)),
+    Spec("naive attention", "2", _SHAPE, "naive_attention.cu",
+         lambda: three_kernels(*_attention(), impl="naive"), **_FWD),
+    Spec("tiled attention", "4", _SHAPE, "tiled_attention.cu",
+         lambda: three_kernels(*_attention(), impl="tiled"),
+         kernels=("gemm_regblock<true, true>", "", "", "gemm_regblock<false, true>"),
+         **_FWD),
+    Spec("flash fp32", "7", _SHAPE, "flash_fp32.cu",
+         lambda: flash_attention_fp32(*_attention()),
+         kernels=("flash_fwd_fp32_kernel<64, 64, 32>",), **_FWD),
+    *(Spec(f"flash tc step {step}", "8", _SHAPE + " fp16", "flash_tc.cu",
+           lambda step=step: flash_attention_tc(*_attention(torch.float16), step=step),
+           flops=_FWD["flops"], min_bytes=_FWD["min_bytes"] / 2, tensor_cores=True,
+           kernels=(_TC_KERNELS[step],))
+      for step in (1, 2, 3, 4, 5)),
+    Spec("kv-cache append", "9", "B=2 Hkv=2 D=128 fp16, one token", "kv_cache.cu",
+         _append_run, flops=0.0, min_bytes=2 * 2.0 * 2 * 2 * 128 * 2,
+         kernels=("kv_cache_append_kernel<unsigned short>",)),
+    Spec("decode", "9", "B=2 H=8 Hkv=2 D=128 fp16, 512 and 301 keys", "decode.cu",
+         _decode_run, flops=4.0 * 8 * 128 * (512 + 301),
+         min_bytes=2.0 * 2 * 2 * 128 * (512 + 301) + 2 * 2 * 8 * 128 * 2,
+         kernels=("decode_kernel<__half, 128>",)),
+    # FLOPs: 2.5 times the forward's (FlashAttention's convention); bytes: read q, k,
+    # v, o, dO and the lse, write dq, dk, dv.
+    Spec("flash fp32 backward", "11", _SHAPE, "flash_bwd_fp32.cu", _backward_run,
+         flops=2.5 * _FWD["flops"], min_bytes=2 * _FWD["min_bytes"] + 4.0 * B * H * S,
+         prepare=_forward_for_backward,
+         kernels=("", "flash_bwd_dkdv_kernel<64, 16, 32>",
+                  "flash_bwd_dq_kernel<64, 64, 32>")),
+]
+
+
+def card(name: str) -> Card:
+    """The card of the package spec named ``name`` (see :data:`SPECS`)."""
+    for spec in SPECS:
+        if spec.name == name:
+            return design_card(spec)
+    raise KeyError(f"no card {name!r}; there are {[s.name for s in SPECS]}")
+
+
+# ---- budgets: what each card may not exceed (bench/budgets.toml) -------------------
+BUDGETS = pathlib.Path(__file__).resolve().parent / "budgets.toml"
+STATIC = ("registers", "spill_bytes", "stack_bytes", "occupancy")
+
+
+def measures(card: Card) -> dict:
+    """The figures a budget bounds: the traffic ratio (counted global bytes over the
+    least), and per kernel (launch order) the most registers, spill bytes (stores and
+    loads) and stack over :data:`ARCHS`, the least occupancy, global sectors per load
+    and store request, and shared wavefronts over the conflict-free count."""
+    def per_kernel(k):
+        st = k.static.values()
+        return dict(
+            registers=max(s["registers"] for s in st),
+            spill_bytes=max(s["spill_stores"] + s["spill_loads"] for s in st),
+            stack_bytes=max(s["stack_bytes"] for s in st),
+            occupancy=min(s["occupancy"] for s in st),
+            load_sectors=k.memory["global load"]["sectors_per_request"],
+            store_sectors=k.memory["global store"]["sectors_per_request"],
+            conflict_ways=max(k.memory[f"shared {op}"]["conflict_ways"]
+                              for op in ("load", "store")))
+    return dict(traffic=card.counted_bytes / card.spec.min_bytes,
+                kernels=[per_kernel(k) for k in card.kernels])
+
+
+def over_budget(card: Card, budget: dict, static: bool = True) -> list[str]:
+    """Each figure of ``card`` beyond ``budget`` (occupancy: below it), as a sentence
+    naming the card, the kernel and both numbers; the ptxas figures only if
+    ``static``."""
+    have, out = measures(card), []
+    name = card.spec.name
+    if have["traffic"] > budget["traffic"] + 1e-9:
+        out.append(f"{name}: counted global bytes are {have['traffic']:.3f}x the "
+                   f"least, budget {budget['traffic']}")
+    for kernel, got, want in zip(card.kernels, have["kernels"], budget["kernels"]):
+        for key, limit in want.items():
+            if key in STATIC and not static:
+                continue
+            worse = got[key] < limit - 1e-9 if key == "occupancy" else \
+                got[key] > limit + 1e-9
+            if worse:
+                out.append(f"{name}: {kernel.short_name} {key} "
+                           f"{got[key]:g}, budget {limit:g}")
+    return out
+
+
+def budget_toml(cards) -> str:
+    """Today's figures of ``cards`` as the budgets file's text (ceilings rounded up,
+    the occupancy floor down, to 3 decimals)."""
+    import math
+    from .. import toolchain
+    lines = ["# Design-card budgets (attnbook.bench.cards): per card, the most its "
+             "kernels may", "# use at its shape; tests/test_cards.py fails when one "
+             "exceeds them. Written by", "# python -m attnbook.bench --cards "
+             "--write-budgets; the ptxas figures hold for", "# the nvcc release below.",
+             f"nvcc = {_release(toolchain.find_nvcc())!r}", ""]
+    for c in cards:
+        m = measures(c)
+        lines += [f'["{c.spec.name}"]',
+                  f"traffic = {math.ceil(m['traffic'] * 1000) / 1000}", ""]
+        for kernel, k in zip(c.kernels, m["kernels"]):
+            lines += [f'[["{c.spec.name}".kernels]]   # {kernel.short_name}']
+            lines += [f"{key} = " + str(v if isinstance(v, int) else (
+                math.floor if key == "occupancy" else math.ceil)(v * 1000) / 1000)
+                for key, v in k.items()]
+            lines.append("")
+    return "\n".join(lines)
+
+
+def _release(nvcc) -> str:
+    """"13.0" of nvcc's --version, or "" without nvcc."""
+    if nvcc is None:
+        return ""
+    import subprocess
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    found = re.search(r"release (\d+\.\d+)", out)
+    return found.group(1) if found else ""
+
+
+def budgets() -> dict:
+    import tomllib
+    return tomllib.loads(BUDGETS.read_text())

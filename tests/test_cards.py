@@ -1,0 +1,77 @@
+"""Design cards (attnbook.bench.cards): every kernel the package ships has one, every
+card holds its budget in bench/budgets.toml, and a kernel that gets worse (one more
+spill byte, one more register, lower occupancy, more sectors) fails, named with its
+number. (The profile's counts themselves are checked by hand in test_profile.py.)"""
+import copy
+
+import pytest
+
+import attnbook as ab
+from attnbook.bench import cards
+from attnbook.toolchain import find_nvcc
+
+BUDGETS = cards.budgets()
+NEEDS_NVCC = pytest.mark.skipif(
+    find_nvcc() is None, reason="a card's ptxas figures need nvcc (CUDA toolkit)")
+
+
+def test_every_kernel_file_of_the_package_has_a_card_and_a_budget():
+    assert {e.kernel for e in ab.ops.EXTENSIONS} == {s.source for s in cards.SPECS}
+    assert [s.name for s in cards.SPECS] == [k for k in BUDGETS if k != "nvcc"]
+
+
+@NEEDS_NVCC
+@pytest.mark.parametrize("name", [s.name for s in cards.SPECS])
+def test_the_card_holds_its_budget(name):
+    """The emulator's figures always; ptxas's where nvcc is the release the budgets
+    were written with (another release allocates registers differently)."""
+    card = cards.card(name)
+    budget = BUDGETS[name]
+    assert len(card.kernels) == len(budget["kernels"]), name
+    assert cards.over_budget(card, budget, static=False) == []
+    if cards._release(find_nvcc()) != BUDGETS["nvcc"]:
+        pytest.skip(f"ptxas figures are budgeted for nvcc {BUDGETS['nvcc']}")
+    assert cards.over_budget(card, budget) == []
+
+
+@NEEDS_NVCC
+def test_a_kernel_made_worse_fails_its_budget_with_its_name_and_number():
+    card = cards.card("flash fp32")
+    worse = copy.deepcopy(card)
+    kernel = worse.kernels[0]
+    kernel.static["sm_80"]["spill_stores"] += 1
+    kernel.static["sm_90"]["registers"] = 233
+    kernel.static["sm_75"]["occupancy"] = 0.0625
+    kernel.memory["global store"]["sectors_per_request"] = 32.0
+    found = cards.over_budget(worse, BUDGETS["flash fp32"])
+    name = "flash fp32: flash_fwd_fp32_kernel<64, 64, 32>"
+    assert found == [f"{name} registers 233, budget 232",
+                     f"{name} spill_bytes 1, budget 0",
+                     f"{name} occupancy 0.0625, budget 0.125",
+                     f"{name} store_sectors 32, budget 31.57"]
+    assert cards.over_budget(card, BUDGETS["flash fp32"]) == []
+
+
+@NEEDS_NVCC
+def test_a_card_shows_the_numbers_the_chapter_discusses():
+    """Chapter 7's kernel: one thread per row, so 64 threads a block, a row of scores
+    in local memory (stack), 12.5% occupancy on sm_80 limited by registers, and o
+    written a row per thread: nearly a sector per lane."""
+    card = cards.card("flash fp32")
+    (kernel,) = card.kernels
+    assert kernel.block == (64, 1, 1)
+    sm80 = kernel.static["sm_80"]
+    assert sm80["occupancy"] == 0.125 and sm80["bound_by"] == ["registers"]
+    assert sm80["stack_bytes"] > 0
+    assert kernel.memory["global store"]["sectors_per_request"] > 30
+    bound, counted = card.bounds_us["A100"]
+    assert 0 < bound <= counted
+    assert "lower bound" in str(card)
+
+
+def test_the_bound_is_the_larger_of_compute_and_memory_time():
+    # An A100: 19.5 TFLOP/s in fp32, 312 on tensor cores, 1555 GB/s.
+    assert cards.lower_bound_us(19.5e12, 1555e9 * 2, "A100") == pytest.approx(2e6)
+    assert cards.lower_bound_us(19.5e12 * 3, 1555e9, "A100") == pytest.approx(3e6)
+    assert cards.lower_bound_us(312e12, 0, "A100", tensor_cores=True) == \
+        pytest.approx(1e6)
