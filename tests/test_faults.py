@@ -112,8 +112,8 @@ CASES = {
     "read far out of bounds": (1, 1 << 40, 0,
                                r"illegal memory access: a read at address 0x"),
     "recursion a million deep": (2, 10**6, 0,
-                                 r"stack overflow: the thread used more than the "
-                                 r"emulator's 576 KiB of stack"),
+                                 r"stack overflow: the thread used more than its "
+                                 r"576 KiB of stack"),
     "integer division by zero": (3, 0, 0, r"integer division by zero \(SIGFPE"),
     "shared memory the launch did not give": (
         4, 0, 0, r"out-of-bounds shared memory access: byte 148 of dynamic shared "
@@ -177,6 +177,61 @@ def test_local_memory_a_gpu_allows_runs(ext):
     out = torch.zeros(256)
     ext.run_wrong(5, 1, 3, 12345, 0, out)
     assert out[64 + 3] == 12345 and out[0] == 0 and out[255] == 255
+
+
+STACK = r"""
+__device__ int depth(int n) {   // at least 256 bytes of stack a level
+  volatile int frame[64];
+  frame[0] = n;
+  return n ? depth(n - 1) + frame[0] : 0;
+}
+__global__ void recurse(int n, int* out) {
+  out[blockIdx.x * blockDim.x + threadIdx.x] = depth(n);
+}
+
+int set_stack(size_t bytes) { return cudaDeviceSetLimit(cudaLimitStackSize, bytes); }
+size_t stack() {
+  size_t bytes = 0;
+  cudaDeviceGetLimit(&bytes, cudaLimitStackSize);
+  return bytes;
+}
+void launch_recurse(int n, int* out) { recurse<<<2, 32>>>(n, out); }
+"""
+STACK_WRAPPER = r"""
+int set_stack(size_t);
+size_t stack();
+void launch_recurse(int, int*);
+int64_t set_stack_of(int64_t bytes) { return set_stack(size_t(bytes)); }
+int64_t stack_of() { return int64_t(stack()); }
+void recurse_of(int64_t n, at::Tensor out) {
+  launch_recurse(int(n), out.data_ptr<int>());
+}
+"""
+
+
+def test_cuda_limit_stack_size_sets_each_thread_s_stack():
+    ext = ab.compile("faults_stack", STACK, STACK_WRAPPER,
+                     ["set_stack_of", "stack_of", "recurse_of"], backend="emulator")
+    out = torch.zeros(64, dtype=torch.int32)
+    assert ext.stack_of() == 512 * 1024   # the most a GPU thread may have
+    for workers in (1, 2):
+        with ab.workers(workers):
+            ext.recurse_of(1000, out)   # 1000 levels: over 256 KB
+            assert (out == 1000 * 1001 // 2).all()
+            assert ext.set_stack_of(16 * 1024) == 0
+            assert ext.stack_of() == 16 * 1024
+            with pytest.raises(ab.KernelFault,
+                               match=r"kernel 'recurse', block \(0,0,0\), thread "
+                                     r"\(0,0,0\): stack overflow: the thread used "
+                                     r"more than its 80 KiB of stack "
+                                     r"\(cudaLimitStackSize"):
+                ext.recurse_of(1000, out)
+            ext.recurse_of(100, out)    # 100 levels fit in 16 KiB and the emulator's
+            assert (out == 100 * 101 // 2).all()
+            assert ext.set_stack_of(512 * 1024 + 1) == 1   # cudaErrorInvalidValue
+            assert ext.set_stack_of(512 * 1024) == 0
+            ext.recurse_of(1000, out)
+            assert (out == 1000 * 1001 // 2).all()
 
 
 def test_more_local_memory_than_a_gpu_allows_is_a_compile_error():

@@ -41,7 +41,9 @@ non-``volatile`` variable) is removed by the C++ compiler, which may assume loop
 A thread that faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL: an access to unmapped memory,
 dynamic shared memory past the bytes the launch gave, a stack overflow, an integer
 division by zero) raises :class:`KernelFault` with the kernel, block, thread, address
-and ``file:line``, and the next launch works (x86-64 Linux). While a kernel runs, the
+and ``file:line``, and the next launch works (x86-64 Linux). A thread's stack is
+``cudaLimitStackSize`` (512 KiB unless host code sets less with ``cudaDeviceSetLimit``)
+and 64 KiB for the emulator's own frames. While a kernel runs, the
 GIL is released, so Python's other threads run (a timer's SIGINT, Jupyter's output).
 
 Inside :func:`attnbook.sanitize` (memcheck, racecheck) and :func:`attnbook.profile`,

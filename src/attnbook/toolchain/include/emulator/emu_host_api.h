@@ -113,6 +113,25 @@ inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int d
   }
   return cudaSuccess;
 }
+// cudaLimitStackSize: the stack each thread of the next launches gets, at most the
+// 512 KiB of local memory a GPU thread may have (the emulator adds its own frames).
+enum cudaLimit { cudaLimitStackSize = 0, cudaLimitPrintfFifoSize = 1,
+                 cudaLimitMallocHeapSize = 2 };
+inline cudaError_t cudaDeviceSetLimit(cudaLimit limit, size_t value) {
+  if (limit != cudaLimitStackSize) return cudaSuccess;   // the others cost nothing here
+  if (value > ::attnbook_emu::kMaxLocalBytes) return cudaErrorInvalidValue;
+  ::attnbook_emu::host().stack_limit.store(value);
+  return cudaSuccess;
+}
+inline cudaError_t cudaDeviceGetLimit(size_t* value, cudaLimit limit) {
+  switch (limit) {
+    case cudaLimitStackSize: *value = ::attnbook_emu::host().stack_limit.load(); break;
+    case cudaLimitPrintfFifoSize: *value = 1 << 20; break;
+    case cudaLimitMallocHeapSize: *value = 8 << 20; break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int d) {

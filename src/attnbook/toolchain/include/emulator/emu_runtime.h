@@ -65,7 +65,8 @@ constexpr size_t kDynamicSmemBytes =                // whole pages: the part a l
 // refuses more; so does the emulator's build, see compile.py), and for frames of the
 // emulator's own.
 constexpr size_t kMaxLocalBytes = 512 * 1024;
-constexpr size_t kStackBytes = kMaxLocalBytes + 64 * 1024;
+constexpr size_t kEmulatorFrameBytes = 64 * 1024;
+constexpr size_t kStackBytes = kMaxLocalBytes + kEmulatorFrameBytes;
 constexpr size_t kGuardBytes = 64 * 1024;           // printf's frame alone can jump
                                                     // a 4 KiB guard
 
@@ -257,6 +258,7 @@ struct Job {
   Order order = Order::Forward;
   uint64_t seed = 0;
   uint64_t nblocks = 0;
+  size_t stack = kMaxLocalBytes;   // cudaLimitStackSize when the launch was made
   std::atomic<uint64_t> next{0};   // blocks are taken in increasing linear order
   // The lowest failing block and its error. Workers start no block above it, and every
   // block below it was taken before it failed, so the error reported is the one a
@@ -300,6 +302,10 @@ struct Runtime {
   std::vector<Thread> threads;
   std::vector<Warp> warps;
   int stacks = 0;           // fibers whose stack slot is committed
+  // Bytes of each committed stack open below its lowest top (at least the launch's
+  // cudaLimitStackSize and the emulator's own frames); the rest of the stack is
+  // PROT_NONE, so a deeper thread faults as a stack overflow.
+  size_t stack_open = kStackBytes;
   Context scheduler;       // the worker's own stack, where a block starts and ends
   std::string error;       // set by the fiber that failed
   // The pass in progress: threads run in order[0..], pos is the one running now.
@@ -1013,12 +1019,14 @@ inline std::string fault_message(Runtime& r) {
     msg += buf;
   } else if (f.addr >= fibers && f.addr - fibers < kArenaBytes - kRuntimeSlots *
                                                         kSlotBytes &&
-             (f.addr - fibers) % kSlotBytes < kGuardBytes) {
+             (f.addr - fibers) % kSlotBytes <
+                 kGuardBytes + kStackBytes - r.stack_open) {
     memory = false;
     std::snprintf(buf, sizeof buf,
-                  "stack overflow: the thread used more than the emulator's %zu KiB "
-                  "of stack (recursion too deep, or local arrays too large; on a GPU "
-                  "the limit is cudaLimitStackSize) (SIGSEGV)", kStackBytes / 1024);
+                  "stack overflow: the thread used more than its %zu KiB of stack "
+                  "(cudaLimitStackSize in whole pages, and %zu KiB for the emulator's "
+                  "own frames; recursion too deep, or local arrays too large) "
+                  "(SIGSEGV)", r.stack_open / 1024, kEmulatorFrameBytes / 1024);
     msg += buf;
   } else if (f.addr == 0 && f.code == SI_KERNEL) {
     msg += "illegal memory access: an address outside the CPU's address space "
@@ -1078,6 +1086,7 @@ inline int workers_from_env() {
 struct Host {
   std::mutex m;
   std::vector<std::pair<const void*, int>> smem_optin;   // by cudaFuncSetAttribute
+  std::atomic<size_t> stack_limit{kMaxLocalBytes};       // cudaLimitStackSize
 };
 inline Host& host() {
   static Host* h = new Host();   // never destroyed: workers outlive static destructors
@@ -1108,8 +1117,21 @@ inline void prepare(Runtime& r, const Job& job) {
     int lanes = std::min(kWarp, n - int(w) * kWarp);
     r.warps[w].lanes = lanes >= kWarp ? 0xffffffffu : ((1u << lanes) - 1u);
   }
-  for (; r.stacks < n; ++r.stacks)
-    commit(slot(r, r.stacks) + kGuardBytes, kSlotBytes - kGuardBytes);
+  const size_t stack = std::min(
+      kStackBytes,
+      (job.stack + kEmulatorFrameBytes + kPageBytes - 1) / kPageBytes * kPageBytes);
+  if (stack != r.stack_open) {   // close (or open) the stacks' bottoms to the limit
+    const size_t lo = std::min(stack, r.stack_open), hi = std::max(stack, r.stack_open);
+    const int prot = stack > r.stack_open ? PROT_READ | PROT_WRITE : PROT_NONE;
+    for (int i = 0; i < r.stacks; ++i)
+      if (mprotect(slot(r, i) + kGuardBytes + kStackBytes - hi, hi - lo, prot))
+        throw std::runtime_error("emulator: cannot resize a fiber stack");
+    r.stack_open = stack;
+  }
+  for (; r.stacks < n; ++r.stacks) {
+    commit(slot(r, r.stacks) + kGuardBytes + kStackBytes - stack,
+           kSlotBytes - kGuardBytes - kStackBytes + stack);
+  }
   r.order.resize(n);
   r.smem_bytes = job.smem;
   size_t open = (job.smem + kPageBytes - 1) / kPageBytes * kPageBytes;
@@ -1337,6 +1359,7 @@ struct Launch {
     job.block = block;
     job.nthreads = int(n);
     job.smem = smem;
+    job.stack = host().stack_limit.load();
     job.fiber = fiber;
     job.closure = closure;
     job.params = params;
