@@ -36,17 +36,16 @@ from ..ops.kv_cache import kv_cache_append
 from ..ops.softmax import softmax
 from ..toolchain import occupancy, profile, ptxas_report
 from ..toolchain.compile import kernel_source
-from .harness import attention_bytes, attention_flops
+from .harness import PEAKS, attention_bytes, attention_flops
 
 __all__ = ["Spec", "Card", "design_card", "SPECS", "card", "ARCHS", "DEVICES",
            "measures", "over_budget", "budgets", "budget_toml", "BUDGETS",
            "lower_bound_us", "summary"]
 
 ARCHS = ("sm_75", "sm_80", "sm_90")
-# Datasheet peaks of the devices the bounds are for (dense; tensor cores for fp16).
-DEVICES = {"T4": dict(fp32_tflops=8.1, fp16_tflops=65.0, bandwidth_gbs=320.0),
-           "A100": dict(fp32_tflops=19.5, fp16_tflops=312.0, bandwidth_gbs=1555.0),
-           "H100": dict(fp32_tflops=67.0, fp16_tflops=989.0, bandwidth_gbs=3350.0)}
+# The devices the bounds are for, with the harness's datasheet peaks (A100: 40 GB;
+# H100: SXM5).
+DEVICES = {name: dict(PEAKS)[name] for name in ("T4", "A100", "H100")}
 
 
 @dataclasses.dataclass(frozen=True)
