@@ -36,20 +36,20 @@ def test_the_card_holds_its_budget(name):
 
 @NEEDS_NVCC
 def test_a_kernel_made_worse_fails_its_budget_with_its_name_and_number():
-    card = cards.card("flash fp32")
+    card = cards.card("flash fp32 step 1")
     worse = copy.deepcopy(card)
     kernel = worse.kernels[0]
     kernel.static["sm_80"]["spill_stores"] += 1
     kernel.static["sm_90"]["registers"] = 233
     kernel.static["sm_75"]["occupancy"] = 0.0625
     kernel.memory["global store"]["sectors_per_request"] = 32.0
-    found = cards.over_budget(worse, BUDGETS["flash fp32"])
-    name = "flash fp32: flash_fwd_fp32_kernel<64, 64, 32>"
+    found = cards.over_budget(worse, BUDGETS["flash fp32 step 1"])
+    name = "flash fp32 step 1: flash_fwd_fp32_kernel<64, 64, 32>"
     assert found == [f"{name} registers 233, budget 232",
                      f"{name} spill_bytes 1, budget 0",
                      f"{name} occupancy 0.0625, budget 0.125",
                      f"{name} store_sectors 32, budget 31.57"]
-    assert cards.over_budget(card, BUDGETS["flash fp32"]) == []
+    assert cards.over_budget(card, BUDGETS["flash fp32 step 1"]) == []
 
 
 @NEEDS_NVCC
@@ -57,7 +57,7 @@ def test_a_card_shows_the_numbers_the_chapter_discusses():
     """Chapter 7's kernel: one thread per row, so 64 threads a block, a row of scores
     in local memory (stack), 12.5% occupancy on sm_80 limited by registers, and o
     written a row per thread: nearly a sector per lane."""
-    card = cards.card("flash fp32")
+    card = cards.card("flash fp32 step 1")
     (kernel,) = card.kernels
     assert kernel.block == (64, 1, 1)
     sm80 = kernel.static["sm_80"]
@@ -67,6 +67,29 @@ def test_a_card_shows_the_numbers_the_chapter_discusses():
     bound, counted = card.bounds_us["A100"]
     assert 0 < bound <= counted
     assert "lower bound" in str(card)
+
+
+@pytest.mark.parametrize("name", ["flash fp32 step 2", "flash fp32 step 2 D=128"])
+def test_register_tiles_keep_chapter_7s_targets(name):
+    """The budgets of step 2 hold the chapter's design, and cannot be loosened past
+    it: no spills, no stack, 16-byte global loads in full sectors, conflict-free
+    shared memory, at least 8 FMAs per shared load, K and V read once per query tile
+    (S = 128: twice, 1.5x the least), 25% occupancy on every architecture."""
+    budget = BUDGETS[name]
+    (kernel,) = budget["kernels"]
+    assert budget["fmas_per_shared_load"] >= 8.0 and budget["traffic"] <= 1.505
+    assert kernel["spill_bytes"] == 0 and kernel["stack_bytes"] == 0
+    assert kernel["load_sectors"] == 16.0 and kernel["conflict_ways"] <= 1.1
+    assert kernel["occupancy"] >= 0.25
+
+
+def test_a_card_below_its_fma_floor_fails_it():
+    card = cards.design_card(next(s for s in cards.SPECS
+                                  if s.name == "flash fp32 step 2"))
+    assert card.fmas_per_shared_load == pytest.approx(8.0)
+    floor = dict(BUDGETS["flash fp32 step 2"], fmas_per_shared_load=9.0)
+    assert cards.over_budget(card, floor, static=False) == [
+        "flash fp32 step 2: 8.000 FMAs per shared load, budget 9.0"]
 
 
 def test_the_bound_is_the_larger_of_compute_and_memory_time():

@@ -1,4 +1,5 @@
-"""The fused fp32 kernel against the float64 reference, under every thread order."""
+"""The fused fp32 kernel, each of chapter 7's steps, against the float64 reference,
+under every thread order."""
 import itertools
 
 import pytest
@@ -6,12 +7,15 @@ import torch
 
 import attnbook as ab
 
+from attnbook.ops.flash import FLASH_FP32_HEAD_DIMS, FLASH_FP32_STEPS
+
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 7)]
 # (B, H, Hkv, Sq, Sk, D): S=1, sizes that are not multiples of the tiles
-# (64 rows, 32 keys), Sq < Sk (decode-like), Sq > Sk (rows with no admissible causal
-# key), grouped heads.
+# (64 rows; 32 or 64 keys), Sq < Sk (decode-like), Sq > Sk (rows with no admissible
+# causal key), grouped heads.
 SHAPES = [(1, 1, 1, 1, 1, 32), (2, 2, 2, 17, 17, 64), (1, 4, 2, 65, 33, 32),
-          (1, 2, 1, 3, 100, 96), (1, 2, 2, 100, 7, 128), (2, 3, 1, 64, 64, 64)]
+          (1, 2, 1, 3, 100, 96), (1, 2, 2, 100, 7, 128), (2, 3, 1, 64, 64, 64),
+          (1, 2, 1, 130, 150, 64)]
 
 
 def inputs(shape, device, seed=0, magnitude=1.0):
@@ -21,30 +25,33 @@ def inputs(shape, device, seed=0, magnitude=1.0):
             for s in ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d))]
 
 
-@pytest.mark.parametrize("shape,causal,order",
-                         list(itertools.product(SHAPES, [False, True], ORDERS)))
-def test_matches_reference(shape, causal, order, device):
+@pytest.mark.parametrize("shape,causal,order,step", list(
+    itertools.product(SHAPES, [False, True], ORDERS, FLASH_FP32_STEPS)))
+def test_matches_reference(shape, causal, order, step, device):
     q, k, v = inputs(shape, device)
     with ab.thread_order(*order):
-        o, lse = ab.flash_attention_fp32(q, k, v, causal=causal, return_lse=True)
+        o, lse = ab.flash_attention_fp32(q, k, v, causal=causal, step=step,
+                                         return_lse=True)
     ro, rlse = ab.attention_reference(q, k, v, causal=causal, float64=True,
                                       return_lse=True)
     torch.testing.assert_close(o.double(), ro, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(lse.double(), rlse, rtol=1e-4, atol=1e-5)
 
 
-def test_rows_with_no_admissible_key_are_zero(device):
+@pytest.mark.parametrize("step", FLASH_FP32_STEPS)
+def test_rows_with_no_admissible_key_are_zero(step, device):
     # causal: the first 70 queries precede every key
     q, k, v = inputs((1, 1, 1, 80, 10, 64), device)
-    o, lse = ab.flash_attention_fp32(q, k, v, causal=True, return_lse=True)
+    o, lse = ab.flash_attention_fp32(q, k, v, causal=True, step=step, return_lse=True)
     assert (o[:, :, :70] == 0).all() and (lse[:, :, :70] == float("-inf")).all()
     assert torch.isfinite(o).all() and torch.isfinite(lse[:, :, 70:]).all()
 
 
-def test_large_magnitudes_stay_finite(device):
+@pytest.mark.parametrize("step", FLASH_FP32_STEPS)
+def test_large_magnitudes_stay_finite(step, device):
     # scores of order ±1e4
-    q, k, v = inputs((1, 2, 2, 40, 40, 64), device, seed=3, magnitude=30.0)
-    o, lse = ab.flash_attention_fp32(q, k, v, return_lse=True)
+    q, k, v = inputs((1, 2, 2, 40, 100, 64), device, seed=3, magnitude=30.0)
+    o, lse = ab.flash_attention_fp32(q, k, v, step=step, return_lse=True)
     ro, rlse = ab.attention_reference(q, k, v, float64=True, return_lse=True)
     assert torch.isfinite(o).all() and torch.isfinite(lse).all()
     torch.testing.assert_close(o.double(), ro, rtol=1e-3, atol=1e-3)
@@ -86,15 +93,68 @@ def test_every_swept_tile_shape(tiles, device):
     bias = torch.randn(1, 2, 70, 90).to(device)
     for opts in (dict(causal=True, window=20),
                  dict(key_lengths=lengths, attn_mask=bias)):
-        o = ab.flash_attention_fp32(q, k, v, tiles=tiles, **opts)
+        o = ab.flash_attention_fp32(q, k, v, step=1, tiles=tiles, **opts)
         ref = {("causal" if key == "causal" else key): val for key, val in opts.items()}
         torch.testing.assert_close(o.double(),
                                    ab.attention_reference(q, k, v, float64=True, **ref),
                                    rtol=1e-4, atol=1e-5)
 
 
-def test_uncompiled_tiles_are_rejected(device):
+def test_uncompiled_tiles_and_steps_are_rejected(device):
     q, k, v = inputs((1, 1, 1, 4, 4, 32), device)
-    with pytest.raises(ValueError,
-                       match=r"tiles \(32, 32\) are not compiled for head_dim 32"):
-        ab.flash_attention_fp32(q, k, v, tiles=(32, 32))
+    with pytest.raises(ValueError, match=r"tiles \(32, 32\) are not compiled for "
+                                         r"step 1 at head_dim 32"):
+        ab.flash_attention_fp32(q, k, v, step=1, tiles=(32, 32))
+    with pytest.raises(ValueError, match=r"tiles \(64, 32\) are not compiled for "
+                                         r"step 2 at head_dim 32: use \(64, 64\)"):
+        ab.flash_attention_fp32(q, k, v, tiles=(64, 32))
+    with pytest.raises(ValueError, match=r"step must be one of \(1, 2\), got 3"):
+        ab.flash_attention_fp32(q, k, v, step=3)
+
+
+# ---- step 2: register tiles ----------------------------------------------------------
+def mask_cases(b, h, sq, sk, device):
+    """(ab keywords, reference keywords) for every mask kind the kernel takes."""
+    g = torch.Generator().manual_seed(sq * sk)
+    lengths = torch.randint(0, sk + 1, (b,), generator=g)
+    keep = torch.rand(b, 1, sq, sk, generator=g) > 0.3
+    bias = torch.randn(1, h, sq, sk, generator=g)
+    bias[..., ::5] = float("-inf")
+    both = dict(key_lengths=lengths.to(device))
+    return [
+        (dict(causal=True), dict(causal=True)),
+        (dict(window=37), dict(window=37)),
+        (dict(causal=True, window=70), dict(causal=True, window=70)),
+        (dict(stride=3), dict(stride=3)),
+        (both, dict(key_lengths=lengths)),
+        (dict(causal=True, **both), dict(causal=True, key_lengths=lengths)),
+        (dict(attn_mask=keep.to(device)), dict(attn_mask=keep)),
+        (dict(attn_mask=bias.to(device), stride=2), dict(attn_mask=bias, stride=2)),
+    ]
+
+
+@pytest.mark.parametrize("d", FLASH_FP32_HEAD_DIMS)
+@pytest.mark.parametrize("sq,sk", [(70, 150), (150, 70), (1, 129)])
+def test_register_tiles_match_reference_for_every_mask(d, sq, sk, device):
+    """Within 1e-5 of the float64 reference, relative to the output's scale: every mask,
+    grouped heads, Sq ≠ Sk both ways, sizes off the 64 x 64 tiles."""
+    q, k, v = inputs((2, 4, 2, sq, sk, d), device, seed=d + sq)
+    for ours, ref in mask_cases(2, 4, sq, sk, device):
+        o = ab.flash_attention_fp32(q, k, v, step=2, **ours)
+        want = ab.attention_reference(q.cpu(), k.cpu(), v.cpu(), float64=True, **ref)
+        scale = want.abs().max().clamp(min=1.0)
+        assert (o.cpu().double() - want).abs().max() <= 1e-5 * scale, (ours.keys(),)
+
+
+def test_register_tiles_copy_rows_that_do_not_start_on_16_bytes(device):
+    """16-byte loads need rows on 16 bytes: a view 4 bytes off is copied by the op,
+    and refused by the extension function that would read it."""
+    x = torch.randn(1, 2, 40, 65, device=device)
+    q = k = v = x[..., 1:]                       # rows start 4 bytes past 16
+    o = ab.flash_attention_fp32(q, k, v)
+    want = ab.attention_reference(q, k, v, float64=True)
+    torch.testing.assert_close(o.double(), want, rtol=1e-4, atol=1e-5)
+    module = ab.ops.registry.extension("flash_fp32").module(device)
+    none = q.new_empty(0)
+    with pytest.raises(RuntimeError, match="q must start on 16 bytes"):
+        module.flash_forward(q, k, v, none, none, False, 0, 0, 0.125, 2, 64, 64)

@@ -29,7 +29,7 @@ import torch
 from ..ops.attention import three_kernels
 from ..ops.backward import flash_backward
 from ..ops.decode import attention_with_kvcache
-from ..ops.flash import flash_attention_fp32, flash_forward
+from ..ops.flash import flash_attention_fp32
 from ..ops.flash_tc import flash_attention_tc
 from ..ops.gemm import gemm
 from ..ops.kv_cache import kv_cache_append
@@ -95,11 +95,22 @@ class Card:
         return sum(k.memory[f"global {op}"]["bytes"] for k in self.kernels
                    for op in ("load", "store"))
 
+    @property
+    def fmas_per_shared_load(self):
+        """The operation's FMAs (FLOPs / 2) per shared-memory load instruction of a
+        thread (32 per warp-wide request), over every launch; None without shared
+        loads. A CUDA core does one FMA per cycle, and an SM issues a fraction of that
+        rate in shared loads: below a few FMAs per load, the loads set the pace."""
+        loads = 32 * sum(k.memory["shared load"]["requests"] for k in self.kernels)
+        return self.spec.flops / 2 / loads if loads else None
+
     def __str__(self):
         s = self.spec
         out = [f"{s.name} (chapter {s.chapter}, {s.shape}): {s.flops / 1e6:.1f} MFLOP, "
                f"least traffic {s.min_bytes / 1e6:.2f} MB, counted global "
                f"{self.counted_bytes / 1e6:.2f} MB"]
+        if self.fmas_per_shared_load is not None:
+            out[0] += f", {self.fmas_per_shared_load:.2f} FMAs per shared load"
         for k in self.kernels:
             out.append(f"  {k.kernel}  grid {k.grid} block {k.block} "
                        f"dyn. shared {k.dynamic_shared} B")
@@ -206,9 +217,10 @@ def lower_bound_us(flops: float, nbytes: float, device: str,
 def summary(cards) -> str:
     """One Markdown row per kernel of ``cards`` (sm_80's ptxas figures; the worst
     sectors per global request; shared wavefronts over conflict-free; the card's
-    traffic over the least and its A100 bound)."""
+    FMAs per shared load; traffic over the least and its A100 bound)."""
     rows = ["| card | kernel | regs | spill B | stack B | occupancy | sectors/req "
-            "| smem ways | traffic | A100 bound µs |", "|" + " --- |" * 10]
+            "| smem ways | FMAs/shared load | traffic | A100 bound µs |",
+            "|" + " --- |" * 11]
     for c in cards:
         m = measures(c)
         for k, f in zip(c.kernels, m["kernels"]):
@@ -218,7 +230,10 @@ def summary(cards) -> str:
                 f"{st['registers']} | {st['spill_stores'] + st['spill_loads']} | "
                 f"{st['stack_bytes']} | {st['occupancy']:.1%} | "
                 f"{max(f['load_sectors'], f['store_sectors']):.1f} | "
-                f"{f['conflict_ways']:.1f} | {m['traffic']:.2f}x | "
+                f"{f['conflict_ways']:.1f} | "
+                + (f"{m['fmas_per_shared_load']:.2f}" if "fmas_per_shared_load" in m
+                   else "–") + " | "
+                f"{m['traffic']:.2f}x | "
                 f"{c.bounds_us['A100'][0]:.2f} |")
     return "\n".join(rows)
 
@@ -233,8 +248,8 @@ B, H, S, D = 1, 2, 128, 64
 _SHAPE = f"B={B} H={H} S={S} D={D}"
 
 
-def _attention(dtype=torch.float32):
-    return [_randn(B, H, S, D, dtype=dtype, seed=i) for i in range(3)]
+def _attention(dtype=torch.float32, d=D):
+    return [_randn(B, H, S, d, dtype=dtype, seed=i) for i in range(3)]
 
 
 def _softmax_spec(kernel):
@@ -271,7 +286,7 @@ def _append_run():
 
 def _forward_for_backward():
     q, k, v = _attention()
-    o, lse = flash_forward(q, k, v, None, None, False, 0, 0, D ** -0.5, 64, 32)
+    o, lse = flash_attention_fp32(q, k, v, return_lse=True)
     return q, k, v, o, lse
 
 
@@ -298,9 +313,16 @@ SPECS = [
          lambda: three_kernels(*_attention(), impl="tiled"),
          kernels=("gemm_regblock<true, true>", "", "", "gemm_regblock<false, true>"),
          **_FWD),
-    Spec("flash fp32", "7", _SHAPE, "flash_fp32.cu",
-         lambda: flash_attention_fp32(*_attention()),
+    Spec("flash fp32 step 1", "7", _SHAPE, "flash_fp32.cu",
+         lambda: flash_attention_fp32(*_attention(), step=1),
          kernels=("flash_fwd_fp32_kernel<64, 64, 32>",), **_FWD),
+    *(Spec(f"flash fp32 step 2{'' if d == D else f' D={d}'}", "7",
+           _SHAPE.replace(f"D={D}", f"D={d}"), "flash_fp32.cu",
+           lambda d=d: flash_attention_fp32(*_attention(d=d), step=2),
+           kernels=(f"flash_fwd_fp32_regtile_kernel<{d}>",),
+           flops=attention_flops(B, H, S, S, d),
+           min_bytes=attention_bytes(B, H, S, S, d))
+      for d in (D, 128)),
     *(Spec(f"flash tc step {step}", "8", _SHAPE + " fp16", "flash_tc.cu",
            lambda step=step: flash_attention_tc(*_attention(torch.float16), step=step),
            flops=_FWD["flops"], min_bytes=_FWD["min_bytes"] / 2, tensor_cores=True,
@@ -338,9 +360,10 @@ STATIC = ("registers", "spill_bytes", "stack_bytes", "occupancy")
 
 def measures(card: Card) -> dict:
     """The figures a budget bounds: the traffic ratio (counted global bytes over the
-    least), and per kernel (launch order) the most registers, spill bytes (stores and
-    loads) and stack over :data:`ARCHS`, the least occupancy, global sectors per load
-    and store request, and shared wavefronts over the conflict-free count."""
+    least), the FMAs per shared load (where there are shared loads), and per kernel
+    (launch order) the most registers, spill bytes (stores and loads) and stack over
+    :data:`ARCHS`, the least occupancy, global sectors per load and store request, and
+    shared wavefronts over the conflict-free count."""
     def per_kernel(k):
         st = k.static.values()
         return dict(
@@ -352,12 +375,15 @@ def measures(card: Card) -> dict:
             store_sectors=k.memory["global store"]["sectors_per_request"],
             conflict_ways=max(k.memory[f"shared {op}"]["conflict_ways"]
                               for op in ("load", "store")))
-    return dict(traffic=card.counted_bytes / card.spec.min_bytes,
-                kernels=[per_kernel(k) for k in card.kernels])
+    out = dict(traffic=card.counted_bytes / card.spec.min_bytes)
+    if card.fmas_per_shared_load is not None:
+        out["fmas_per_shared_load"] = card.fmas_per_shared_load
+    return dict(out, kernels=[per_kernel(k) for k in card.kernels])
 
 
 def over_budget(card: Card, budget: dict, static: bool = True) -> list[str]:
-    """Each figure of ``card`` beyond ``budget`` (occupancy: below it), as a sentence
+    """Each figure of ``card`` beyond ``budget`` (occupancy and FMAs per shared load:
+    below it), as a sentence
     naming the card, the kernel and both numbers; the ptxas figures only if
     ``static``."""
     have, out = measures(card), []
@@ -365,6 +391,10 @@ def over_budget(card: Card, budget: dict, static: bool = True) -> list[str]:
     if have["traffic"] > budget["traffic"] + 1e-9:
         out.append(f"{name}: counted global bytes are {have['traffic']:.3f}x the "
                    f"least, budget {budget['traffic']}")
+    floor = budget.get("fmas_per_shared_load")
+    if floor is not None and have.get("fmas_per_shared_load", 0.0) < floor - 1e-9:
+        out.append(f"{name}: {have.get('fmas_per_shared_load', 0.0):.3f} FMAs per "
+                   f"shared load, budget {floor}")
     for kernel, got, want in zip(card.kernels, have["kernels"], budget["kernels"]):
         for key, limit in want.items():
             if key in STATIC and not static:
@@ -390,7 +420,11 @@ def budget_toml(cards) -> str:
     for c in cards:
         m = measures(c)
         lines += [f'["{c.spec.name}"]',
-                  f"traffic = {math.ceil(m['traffic'] * 1000) / 1000}", ""]
+                  f"traffic = {math.ceil(m['traffic'] * 1000) / 1000}"]
+        if "fmas_per_shared_load" in m:
+            lines.append("fmas_per_shared_load = "
+                         f"{math.floor(m['fmas_per_shared_load'] * 1000) / 1000}")
+        lines.append("")
         for kernel, k in zip(c.kernels, m["kernels"]):
             lines += [f'[["{c.spec.name}".kernels]]   # {kernel.short_name}']
             lines += [f"{key} = " + str(v if isinstance(v, int) else (

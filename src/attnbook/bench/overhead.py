@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from ..ops import attention
-from ..ops.flash import FLASH_FP32_TILES, flash_forward
+from ..ops.flash import FLASH_FP32_FASTEST, FLASH_FP32_TILES, flash_forward
 from ..ops.registry import extension
 from .emulator_speed import timed
 
@@ -29,7 +29,8 @@ def measure(device="cpu") -> dict:
     q = torch.randn(1, 1, 1, 32, device=device)
     none = q.new_empty(0)
     ext = extension("flash_fp32").module(q.device)
-    args = (False, 0, 0, 32 ** -0.5, *FLASH_FP32_TILES)
+    args = (False, 0, 0, 32 ** -0.5, FLASH_FP32_FASTEST,
+            *FLASH_FP32_TILES[FLASH_FP32_FASTEST])
     return {
         "extension function (kernel + pybind)": _median_us(
             lambda: ext.flash_forward(q, q, q, none, none, *args)),

@@ -132,13 +132,21 @@ def chapter05():
 
 
 def chapter07():
-    """The fused kernel against naive, tiled, eager and every SDPA backend at the
-    headline shapes (B=4, H=8, D=64, fp32, S = 512 … 4096), without and with causal;
-    then the Br×Bc sweep at S = 2048."""
+    """The fused kernel (step 2, and step 1 beside it) against naive, tiled, eager and
+    every SDPA backend at the headline shapes (B=4, H=8, D=64, fp32, S = 512 … 4096),
+    without and with causal; then step 1's Br×Bc sweep at S = 2048."""
     lengths = (512, 1024, 2048, 4096)
     rows = (attention_suite(["flash", "tiled", "naive"], lengths)
             + attention_suite(["flash", "tiled"], lengths, causal=True))
     peaks, S = bench.device_peaks(), 2048
+    for n, causal in itertools.product(lengths, (False, True)):   # step 1, beside
+        q, k, v = _qkv(n)
+        rows.append(bench.measure(
+            "attnbook flash step 1",
+            lambda: flash_attention_fp32(q, k, v, causal=causal, step=1),
+            dict(S=n, B=B, H=H, D=D, causal=causal, dtype="float32"),
+            flops=bench.attention_flops(B, H, n, n, D, causal),
+            bytes=bench.attention_bytes(B, H, n, n, D), peaks=peaks))
     q, k, v = _qkv(S)
     for causal in (False, True):
         work = dict(flops=bench.attention_flops(B, H, S, S, D, causal),
@@ -147,7 +155,7 @@ def chapter07():
         for br, bc in FLASH_FP32_SWEEP:
             rows.append(bench.measure("flash sweep",
                                       lambda t=(br, bc): flash_attention_fp32(
-                                          q, k, v, causal=causal, tiles=t),
+                                          q, k, v, causal=causal, step=1, tiles=t),
                                       dict(S=S, Br=br, Bc=bc, causal=causal,
                                            sweep=True),
                                       **work))

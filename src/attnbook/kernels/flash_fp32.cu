@@ -1,9 +1,12 @@
 // Fused attention forward in fp32 (FlashAttention-2's schedule): softmax(q kᵀ · scale +
-// mask) v without ever storing the Sq x Sk score matrix.
+// mask) v without ever storing the Sq x Sk score matrix. Chapter 7's steps, behind one
+// launcher:
+//   1 a thread per query row, K and V tiles in shared memory       (this file)
+//   2 register tiles: 4 x 4 per thread, 16-byte loads, swizzled    (flash_fp32_2_...)
 //
-// Grid: (ceil(Sq / Br), B·H) in launches of at most 65535 (batch, head) pairs (bh0 is
-// the first pair of a launch). A block owns Br consecutive query rows of one (batch,
-// head); thread r owns row r: its query and its output accumulator live in registers,
+// Step 1. Grid: (ceil(Sq / Br), B·H) in launches of at most 65535 (batch, head) pairs
+// (bh0 is the first pair of a launch). A block owns Br consecutive query rows of one
+// (batch, head); thread r owns row r: its query and its output accumulator live in registers,
 // with the row's running max m and running sum l (the online softmax). K and V stream
 // through shared memory in tiles of Bc keys, so each key/value element is read from
 // global memory once per block, not once per query: global traffic is O(Sq·D +
@@ -25,6 +28,7 @@
 #include <cmath>
 
 #include "flash_fp32.h"   // the launcher, and the Layout and MaskParams it takes
+#include "flash_fp32_2_register_tiles.cuh"
 #include "mask.cuh"
 #include "max_nan.cuh"
 
@@ -111,15 +115,34 @@ static void launch(const float* q, const float* k, const float* v, float* o, flo
   }
 }
 
-// The compiled (D, Br, Bc) configurations: Br = 64, Bc = 32 for every head dimension,
-// and the tile sweep of chapter 7 at D = 64. Returns false for any other configuration.
+// Step 2 at head dimension D: a block per 64 query rows, past 48 KB of shared memory
+// by opt-in.
+template <int D>
+static void launch_regtile(const float* q, const float* k, const float* v, float* o,
+                           float* lse, const Layout& lq, const Layout& lk,
+                           const Layout& lv, int B, int H, int Hkv, int Sq, int Sk,
+                           float scale, const MaskParams& mask, cudaStream_t stream) {
+  constexpr int bytes = regtile_smem_bytes<D>();
+  if (bytes > 48 * 1024)   // a launch past the device's limit reports the error
+    cudaFuncSetAttribute(flash_fwd_fp32_regtile_kernel<D>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const long long BH = (long long)B * H;
+  for (long long bh0 = 0; bh0 < BH; bh0 += 65535) {   // gridDim.y is at most 65535
+    const dim3 grid((Sq + kRtBr - 1) / kRtBr, unsigned(std::min(BH - bh0, 65535ll)));
+    flash_fwd_fp32_regtile_kernel<D><<<grid, kRtThreads, bytes, stream>>>(
+        q, k, v, o, lse, lq, lk, lv, int(bh0), H, Hkv, Sq, Sk, scale, mask);
+  }
+}
+
+// The compiled configurations: step 1 with (Br, Bc) = (64, 32) for every head dimension
+// and chapter 7's tile sweep at D = 64; step 2 with (64, 64) for every head dimension.
+// Returns false for any other configuration.
 bool flash_fwd_fp32(const float* q, const float* k, const float* v, float* o,
                     float* lse, const Layout& lq, const Layout& lk, const Layout& lv,
-                    int B, int H,
-                    int Hkv, int Sq, int Sk, int D, int Br, int Bc, float scale,
-                    const MaskParams& mask, cudaStream_t stream) {
+                    int B, int H, int Hkv, int Sq, int Sk, int D, int step, int Br,
+                    int Bc, float scale, const MaskParams& mask, cudaStream_t stream) {
 #define ATTNBOOK_FLASH_CONFIG(d, br, bc)                                            \
-  if (D == d && Br == br && Bc == bc) {                                             \
+  if (step == 1 && D == d && Br == br && Bc == bc) {                                \
     launch<d, br, bc>(q, k, v, o, lse, lq, lk, lv, B, H, Hkv, Sq, Sk, scale, mask,  \
                       stream);                                                      \
     return true;                                                                    \
@@ -137,5 +160,16 @@ bool flash_fwd_fp32(const float* q, const float* k, const float* v, float* o,
   ATTNBOOK_FLASH_CONFIG(64, 128, 32)
   ATTNBOOK_FLASH_CONFIG(64, 128, 64)
 #undef ATTNBOOK_FLASH_CONFIG
+#define ATTNBOOK_REGTILE_CONFIG(d)                                                  \
+  if (step == 2 && D == d && Br == kRtBr && Bc == kRtBc) {                          \
+    launch_regtile<d>(q, k, v, o, lse, lq, lk, lv, B, H, Hkv, Sq, Sk, scale, mask,  \
+                      stream);                                                      \
+    return true;                                                                    \
+  }
+  ATTNBOOK_REGTILE_CONFIG(32)
+  ATTNBOOK_REGTILE_CONFIG(64)
+  ATTNBOOK_REGTILE_CONFIG(96)
+  ATTNBOOK_REGTILE_CONFIG(128)
+#undef ATTNBOOK_REGTILE_CONFIG
   return false;
 }

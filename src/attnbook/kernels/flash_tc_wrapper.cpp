@@ -1,20 +1,8 @@
 // torch.ops.attnbook.flash_tc_forward's C++ side (ops/flash_tc.py): checks the tensors
 // and launches a step of chapter 8's tensor-core forward (flash_tc.cu).
-#include <cstdint>
-
 #include "attnbook_torch.h"   // first: torch's names before the kernels' structs
 #include "flash_tc.h"
 #include "wrapper_args.h"
-
-// Rows of 16-bit elements that start on 16 bytes: what the kernels' 16-byte copies
-// need.
-static void check_aligned(const at::Tensor& t, const char* name) {
-  bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-  for (int d = 0; d < 3; ++d) ok = ok && (t.size(d) <= 1 || t.stride(d) % 8 == 0);
-  TORCH_CHECK(ok, name,
-              " must start on 16 bytes with batch, head and sequence strides ",
-              "that are multiples of 8 elements");
-}
 
 // o: a new contiguous [B, H, Sq, D] of q's dtype; lse: a new float [B, H, Sq].
 std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,

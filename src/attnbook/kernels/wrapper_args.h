@@ -23,6 +23,17 @@ inline Layout layout_of(const at::Tensor& t, const char* name,
   return l;
 }
 
+// Rows that start on 16 bytes, what 16-byte loads need: t's data and its batch, head
+// and sequence strides.
+inline void check_aligned(const at::Tensor& t, const char* name) {
+  const int64_t per_16_bytes = 16 / t.element_size();
+  bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  for (int d = 0; d < 3; ++d)
+    ok = ok && (t.size(d) <= 1 || t.stride(d) % per_16_bytes == 0);
+  TORCH_CHECK(ok, name, " must start on 16 bytes with batch, head and sequence ",
+              "strides that are multiples of ", per_16_bytes, " elements");
+}
+
 // The sizes of q [B, H, Sq, D] and k, v [B, Hkv, Sk, D], H a multiple of Hkv.
 struct AttentionShape {
   int64_t B, H, Hkv, Sq, Sk, D;

@@ -14,7 +14,8 @@ from typing import Optional
 import torch
 
 from ..args.attention import HALF_PRECISION, INT32_MAX, attention_args
-from .flash import check_flash_config, check_no_mask_grad, flash_forward
+from .flash import (FLASH_FP32_FASTEST, check_flash_config, check_no_mask_grad,
+                    flash_forward)
 from .flash_tc import tc_forward
 from .registry import extension
 
@@ -115,7 +116,7 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
     tiles = check_flash_config(a.q.shape[-1])
     check_no_mask_grad(a)
     o, _ = flash_forward(a.q, a.k, a.v, a.bias, a.key_lengths, a.causal, a.stride,
-                         a.window, a.scale, *tiles)
+                         a.window, a.scale, FLASH_FP32_FASTEST, *tiles)
     return a.output(o)
 
 

@@ -37,7 +37,7 @@ def _(dout, q, k, v, o, lse, dlse, bias, key_lengths, causal, stride, window, sc
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, bias, key_lengths, causal, stride, window, scale, _, _ = inputs
+    q, k, v, bias, key_lengths, causal, stride, window, scale, *_ = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, bias, key_lengths)
     ctx.options = (causal, stride, window, scale)
@@ -49,7 +49,7 @@ def _backward(ctx, do, dlse):
                                 v.contiguous(), o, lse,
                                 None if dlse is None else dlse.contiguous(), bias,
                                 key_lengths, *ctx.options)
-    return dq, dk, dv, None, None, None, None, None, None, None, None
+    return dq, dk, dv, *[None] * 9
 
 
 flash_forward.register_autograd(_backward, setup_context=_setup_context)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..args.attention import HALF_PRECISION, attention_args
+from .flash import aligned_rows
 from .registry import extension
 
 __all__ = ["flash_attention_tc", "flash_tc_forward", "tc_forward", "TC_STEPS",
@@ -23,14 +24,6 @@ TC_TILES = {64: (64, 64), 128: (64, 32)}   # (Br, Bc) of every step
 TC_SWEEP = {64: ((128, 64),), 128: ((64, 64), (128, 32))}
 
 
-def _aligned(t: torch.Tensor) -> torch.Tensor:
-    """``t``, or a contiguous copy if its rows do not start on 16 bytes."""
-    ok = t.data_ptr() % 16 == 0 and all(
-        n <= 1 or s % 8 == 0 for n, s in zip(t.shape[:3], t.stride()[:3]))
-    return t if ok else torch.empty_like(
-        t, memory_format=torch.contiguous_format).copy_(t)
-
-
 @torch.library.custom_op("attnbook::flash_tc_forward", mutates_args=())
 def flash_tc_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      bias: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor],
@@ -42,7 +35,8 @@ def flash_tc_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     module = extension("flash_tc").module(q.device)
     none = q.new_empty(0, dtype=torch.float32)
     return tuple(module.forward(
-        _aligned(q), _aligned(k), _aligned(v), none if bias is None else bias,
+        aligned_rows(q), aligned_rows(k), aligned_rows(v),
+        none if bias is None else bias,
         none if key_lengths is None else key_lengths, causal, stride, window, scale,
         step, block_q, block_k))
 
