@@ -1,16 +1,16 @@
 // Fused attention forward in fp32 (FlashAttention-2's schedule): softmax(q kᵀ · scale +
 // mask) v without ever storing the Sq x Sk score matrix. Chapter 7's steps, behind one
 // launcher:
-//   1 a thread per query row, K and V tiles in shared memory       (this file)
-//   2 register tiles: 4 x 4 per thread, 16-byte loads, swizzled    (flash_fp32_2_...)
+//   1 a thread per query row, K and V tiles in shared memory   (this file)
+//   2 register tiles of 4 x 4, 16-byte loads, swizzled   (flash_fp32_2_register_tiles)
 //
 // Step 1. Grid: (ceil(Sq / Br), B·H) in launches of at most 65535 (batch, head) pairs
 // (bh0 is the first pair of a launch). A block owns Br consecutive query rows of one
-// (batch, head); thread r owns row r: its query and its output accumulator live in registers,
-// with the row's running max m and running sum l (the online softmax). K and V stream
-// through shared memory in tiles of Bc keys, so each key/value element is read from
-// global memory once per block, not once per query: global traffic is O(Sq·D +
-// (Sq/Br)·Sk·D) instead of O(Sq·Sk).
+// (batch, head); thread r owns row r: its query and its output accumulator live in
+// registers, with the row's running max m and running sum l (the online softmax). K
+// and V stream through shared memory in tiles of Bc keys, so each key/value element is
+// read from global memory once per block, not once per query: global traffic is
+// O(Sq·D + (Sq/Br)·Sk·D) instead of O(Sq·Sk).
 //
 // Invariant after each tile: acc = Σ_j exp(s_j − m) v_j and l = Σ_j exp(s_j − m) over
 // the keys seen so far, with m their largest score; a new tile rescales both by

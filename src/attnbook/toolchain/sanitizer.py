@@ -328,11 +328,12 @@ class LaunchProfile:
     def __str__(self):
         head = (f"kernel '{self.kernel}' grid {self.grid} block {self.block}, "
                 f"{self.shared_bytes} B dynamic shared, {self.barriers} barriers")
-        cols = (f"{'line':<22}{'space':<8}{'op':<7}{'requests':>10}{'sectors':>10}"
+        w = max([22] + [len(r.location) + 2 for r in self.rows])   # the line column
+        cols = (f"{'line':<{w}}{'space':<8}{'op':<7}{'requests':>10}{'sectors':>10}"
                 f"{'/req':>7}{'wavefr.':>10}{'ways':>6}{'bytes':>12}")
         out = [head, cols]
         for r in self.rows:
-            row = f"{r.location:<22}{r.space:<8}{r.op:<7}{r.requests:>10}"
+            row = f"{r.location:<{w}}{r.space:<8}{r.op:<7}{r.requests:>10}"
             if r.space == "global":
                 row += f"{r.units:>10}{r.per_request:>7.2f}{'':>16}{r.bytes:>12}"
             elif r.space == "shared":
