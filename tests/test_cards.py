@@ -83,6 +83,16 @@ def test_register_tiles_keep_chapter_7s_targets(name):
     assert kernel["occupancy"] >= 0.25
 
 
+@pytest.mark.parametrize("step", [3, 4, 5])
+def test_the_swizzled_tensor_core_steps_keep_chapter_8s_design(step):
+    """From step 3 on: conflict-free ldmatrix, 16-byte global loads in full sectors, no
+    spills or stack on sm_75, sm_80 and sm_90 (the budgets cannot be loosened past
+    it)."""
+    (kernel,) = BUDGETS[f"flash tc step {step}"]["kernels"]
+    assert kernel["conflict_ways"] <= 1.0 and kernel["load_sectors"] == 16.0
+    assert kernel["spill_bytes"] == 0 and kernel["stack_bytes"] == 0
+
+
 def test_a_card_below_its_fma_floor_fails_it():
     card = cards.design_card(next(s for s in cards.SPECS
                                   if s.name == "flash fp32 step 2"))

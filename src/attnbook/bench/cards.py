@@ -40,7 +40,7 @@ from .harness import PEAKS, attention_bytes, attention_flops
 
 __all__ = ["Spec", "Card", "design_card", "SPECS", "card", "ARCHS", "DEVICES",
            "measures", "over_budget", "budgets", "budget_toml", "BUDGETS",
-           "lower_bound_us", "summary"]
+           "lower_bound_us", "summary", "compact"]
 
 ARCHS = ("sm_75", "sm_80", "sm_90")
 # The devices the bounds are for, with the harness's datasheet peaks (A100: 40 GB;
@@ -112,7 +112,7 @@ class Card:
         if self.fmas_per_shared_load is not None:
             out[0] += f", {self.fmas_per_shared_load:.2f} FMAs per shared load"
         for k in self.kernels:
-            out.append(f"  {k.kernel}  grid {k.grid} block {k.block} "
+            out.append(f"  {k.short_name}  grid {k.grid} block {k.block} "
                        f"dyn. shared {k.dynamic_shared} B")
             for arch, st in k.static.items():
                 out.append(f"    {arch}: {st['registers']} regs, spills "
@@ -235,6 +235,27 @@ def summary(cards) -> str:
                    else "–") + " | "
                 f"{m['traffic']:.2f}x | "
                 f"{c.bounds_us['A100'][0]:.2f} |")
+    return "\n".join(rows)
+
+
+def compact(cards, arch: str = "sm_80") -> str:
+    """A narrow text table of ``cards``, a row per kernel: ``arch``'s registers, spill
+    and stack bytes and occupancy, the card's FMAs per shared load, the kernel's
+    sectors per global load request and its shared loads' wavefronts over the
+    conflict-free count (what the chapters print, in 88 columns)."""
+    rows = [f"{arch:24s}{'regs':>5}{'spill+stack B':>14}{'occupancy':>10}"
+            f"{'FMAs/ld':>8}{'sectors/ld':>11}{'smem ways':>10}"]
+    for c in cards:
+        fmas = c.fmas_per_shared_load
+        for k in c.kernels:
+            st = k.static[arch]
+            name = c.spec.name if len(c.kernels) == 1 else k.short_name
+            local = st["spill_stores"] + st["spill_loads"] + st["stack_bytes"]
+            rows.append(f"{name[:24]:24s}{st['registers']:5d}{local:14d}"
+                        f"{st['occupancy']:10.1%}"
+                        + (f"{fmas:8.2f}" if fmas is not None else f"{'–':>8}")
+                        + f"{k.memory['global load']['sectors_per_request']:11.1f}"
+                          f"{k.memory['shared load']['conflict_ways']:10.1f}")
     return "\n".join(rows)
 
 

@@ -328,7 +328,7 @@ class LaunchProfile:
     def __str__(self):
         head = (f"kernel '{self.kernel}' grid {self.grid} block {self.block}, "
                 f"{self.shared_bytes} B dynamic shared, {self.barriers} barriers")
-        w = max([22] + [len(r.location) + 2 for r in self.rows])   # the line column
+        w = max([22] + [len(r.location) + 1 for r in self.rows])   # the line column
         cols = (f"{'line':<{w}}{'space':<8}{'op':<7}{'requests':>10}{'sectors':>10}"
                 f"{'/req':>7}{'wavefr.':>10}{'ways':>6}{'bytes':>12}")
         out = [head, cols]
