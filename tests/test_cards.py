@@ -93,6 +93,32 @@ def test_the_swizzled_tensor_core_steps_keep_chapter_8s_design(step):
     assert kernel["spill_bytes"] == 0 and kernel["stack_bytes"] == 0
 
 
+@pytest.mark.parametrize("name", ["decode", "decode paged"])
+def test_decode_keeps_chapter_9s_design(name):
+    """Chapter 9's decode, contiguous and paged: 16-byte loads of the cache (full
+    sectors but for the queries' and the block table's reads), conflict-free shared
+    memory, the cache read once (≤ 1.05 of the least traffic), no spills or stack."""
+    budget = BUDGETS[name]
+    (kernel,) = budget["kernels"]
+    assert budget["traffic"] <= 1.05 and kernel["load_sectors"] >= 14.5
+    assert kernel["conflict_ways"] <= 1.0
+    assert kernel["spill_bytes"] == 0 and kernel["stack_bytes"] == 0
+
+
+@NEEDS_NVCC
+@pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90"])
+def test_no_decode_kernel_spills(arch):
+    """All twelve decode kernels (fp32, fp16, bf16 × head dims 32, 64, 96, 128), not
+    only the card's: no spill stores or loads, no stack."""
+    if cards._release(find_nvcc()) != BUDGETS["nvcc"]:
+        pytest.skip(f"ptxas figures are budgeted for nvcc {BUDGETS['nvcc']}")
+    report = ab.ptxas_report(ab.kernel_source("decode.cu"), arch)
+    kernels = {k: v for k, v in report.items() if k.startswith("void decode_kernel<")}
+    assert len(kernels) == 12
+    assert {k: (v["spill_stores"], v["spill_loads"], v["stack_bytes"])
+            for k, v in kernels.items()} == {k: (0, 0, 0) for k in kernels}
+
+
 def test_a_card_below_its_fma_floor_fails_it():
     card = cards.design_card(next(s for s in cards.SPECS
                                   if s.name == "flash fp32 step 2"))

@@ -156,6 +156,34 @@ def test_splits_agree_with_one_split(device):
             one, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "one element off"])
+def test_the_cache_is_read_16_bytes_at_a_time_where_aligned(dtype, offset):
+    """An aligned cache is read in 16-byte loads (512 bytes a warp-wide request); a
+    cache viewed one element past a 16-byte boundary, where such a load would fault on
+    a GPU, an element at a time: the same answer either way."""
+    k_cache, v_cache, _ = make_cache(2, 2, 64, [33, 40], "cpu", max_len=40,
+                                     dtype=dtype)
+
+    def shifted(x):
+        view = torch.empty(x.numel() + offset, dtype=dtype)[offset:].view(x.shape)
+        return view.copy_(x)
+
+    kc, vc = shifted(k_cache), shifted(v_cache)
+    q = torch.randn(2, 4, 1, 64, generator=torch.Generator().manual_seed(4)).to(dtype)
+    lens = torch.tensor([33, 40], dtype=torch.int32)
+    want = attention_with_kvcache_reference(q, k_cache, v_cache, cache_seqlens=lens)
+    with ab.profile() as report:
+        o = ab.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, num_splits=1)
+    torch.testing.assert_close(o.double(), want, **TOL[dtype])
+    (launch,) = [x for x in report.launches if x.kernel.startswith("decode_kernel")]
+    loads = [r for r in launch.rows if (r.space, r.op) == ("global", "load")]
+    cache = max(loads, key=lambda r: r.bytes)   # the line that reads the cache
+    assert cache.bytes >= 0.9 * sum(r.bytes for r in loads)
+    width = cache.bytes / cache.requests / 32   # bytes per lane (some lanes idle)
+    assert width > 14 if offset == 0 else width <= dtype.itemsize
+
+
 def test_int64_lengths_and_block_table_and_int_seqlens(device):
     k_cache, v_cache, table = make_cache(2, 1, 32, [7, 7], device, max_len=32,
                                          block_size=16)

@@ -291,11 +291,19 @@ def _gemm_spec(step):
                 min_bytes=12.0 * n * n, kernels=(kernel,))
 
 
-def _decode_run():
+def _decode_run(paged):
+    """One step of two sequences (512 and 301 cached keys); paged: pages of 16
+    positions in reversed order."""
     q = _randn(2, 8, 1, 128, dtype=torch.float16)
     cache = [_randn(2, 2, 512, 128, dtype=torch.float16, seed=s) for s in (1, 2)]
     lengths = torch.tensor([512, 301], dtype=torch.int32)
-    attention_with_kvcache(q, *cache, cache_seqlens=lengths, num_splits=1)
+    table = None
+    if paged:   # page p of sequence b is pool page 63 − (32 b + p)
+        table = torch.arange(64, dtype=torch.int32).flip(0).view(2, 32)
+        cache = [c.view(2, 2, 32, 16, 128).transpose(1, 2).reshape(64, 2, 16, 128)
+                 .flip(0).contiguous() for c in cache]
+    attention_with_kvcache(q, *cache, cache_seqlens=lengths, block_table=table,
+                           num_splits=1)
 
 
 def _append_run():
@@ -352,10 +360,13 @@ SPECS = [
     Spec("kv-cache append", "9", "B=2 Hkv=2 D=128 fp16, one token", "kv_cache.cu",
          _append_run, flops=0.0, min_bytes=2 * 2.0 * 2 * 2 * 128 * 2,
          kernels=("kv_cache_append_kernel<unsigned short>",)),
-    Spec("decode", "9", "B=2 H=8 Hkv=2 D=128 fp16, 512 and 301 keys", "decode.cu",
-         _decode_run, flops=4.0 * 8 * 128 * (512 + 301),
-         min_bytes=2.0 * 2 * 2 * 128 * (512 + 301) + 2 * 2 * 8 * 128 * 2,
-         kernels=("decode_kernel<__half, 128>",)),
+    *(Spec(f"decode{' paged' if paged else ''}", "9",
+           "B=2 H=8 Hkv=2 D=128 fp16, 512 and 301 keys"
+           + (", pages of 16" if paged else ""), "decode.cu",
+           lambda paged=paged: _decode_run(paged), flops=4.0 * 8 * 128 * (512 + 301),
+           min_bytes=2.0 * 2 * 2 * 128 * (512 + 301) + 2 * 2 * 8 * 128 * 2,
+           kernels=("decode_kernel<__half, 128>",))
+      for paged in (False, True)),
     # FLOPs: 2.5 times the forward's (FlashAttention's convention); bytes: read q, k,
     # v, o, dO and the lse, write dq, dk, dv.
     Spec("flash fp32 backward", "11", _SHAPE, "flash_bwd_fp32.cu", _backward_run,
