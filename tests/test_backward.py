@@ -47,8 +47,10 @@ def reference_grads(q, k, v, do, opts):
     return torch.autograd.grad(o, (q, k, v), do.double())
 
 
-def kernel_grads(q, k, v, do, opts):
-    o = ab.flash_attention_fp32(q, k, v, **opts)
+def kernel_grads(q, k, v, do, opts, step=2):
+    """Gradients through step ``step`` of the forward, whose backward is the same step
+    of chapter 11's kernels."""
+    o = ab.flash_attention_fp32(q, k, v, step=step, **opts)
     return torch.autograd.grad(o, (q, k, v), do)
 
 
@@ -84,13 +86,16 @@ def test_algorithm_2_gradient_of_the_log_sum_exp():
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("shape,order", list(itertools.product(SHAPES, ORDERS)))
-def test_kernel_gradients_every_mask(shape, order, device):
+# Step 2 (ab.attention's) under every order, step 1 under one.
+@pytest.mark.parametrize("shape,order,step",
+                         [(s, o, 2) for s, o in itertools.product(SHAPES, ORDERS)]
+                         + [(s, ORDERS[2], 1) for s in SHAPES])
+def test_kernel_gradients_every_mask(shape, order, step, device):
     q, k, v = leaves(shape, device, seed=3)
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(4)).to(device)
     for name, opts in mask_cases(shape[0], shape[1], shape[3], shape[4], device):
         with ab.thread_order(*order):
-            got = kernel_grads(q, k, v, do, opts)
+            got = kernel_grads(q, k, v, do, opts, step)
         for what, a, b in zip("qkv", got, reference_grads(q, k, v, do, opts)):
             torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=2e-5,
                                        msg=lambda m: f"d{what}, {name}: {m}")
@@ -109,13 +114,14 @@ def test_gradient_of_the_log_sum_exp(device):
         torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=2e-5)
 
 
-def test_bit_for_bit_reproducible_in_any_thread_order(device):
+@pytest.mark.parametrize("step", [1, 2])
+def test_bit_for_bit_reproducible_in_any_thread_order(step, device):
     q, k, v = leaves((2, 4, 1, 70, 90, 64), device, seed=6)
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(7)).to(device)
     runs = []
     for order in ORDERS + [("forward", 0)]:
         with ab.thread_order(*order):
-            runs.append(kernel_grads(q, k, v, do, dict(causal=True)))
+            runs.append(kernel_grads(q, k, v, do, dict(causal=True), step))
     for run in runs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(run, runs[0]))
 

@@ -105,18 +105,53 @@ def test_decode_keeps_chapter_9s_design(name):
     assert kernel["spill_bytes"] == 0 and kernel["stack_bytes"] == 0
 
 
+@pytest.mark.parametrize("name", ["flash fp32 backward step 2",
+                                  "flash fp32 backward step 2 D=128"])
+def test_the_backward_in_lane_groups_keeps_chapter_11s_design(name):
+    """Step 2 of the backward: no spills or stack in any of its kernels, 16-byte
+    stores in full sectors, conflict-free shared memory, at least 2.5 FMAs per shared
+    load, and less global traffic than step 1 at the same head dim."""
+    budget = BUDGETS[name]
+    before = BUDGETS[name.replace("step 2", "step 1")]
+    assert budget["fmas_per_shared_load"] >= 2.5
+    assert budget["traffic"] < before["traffic"]
+    for kernel in budget["kernels"]:
+        assert kernel["spill_bytes"] == 0 and kernel["stack_bytes"] == 0
+        assert kernel["conflict_ways"] <= 1.0
+    for kernel in budget["kernels"][1:]:   # dK/dV and dQ
+        assert kernel["store_sectors"] == 16.0 and kernel["load_sectors"] > 13
+
+
+# Every instance of a kernel template, not only the cards' (file, kernel, instances).
+INSTANCES = [("decode.cu", "decode_kernel", 12),   # fp32, fp16, bf16 × D 32 … 128
+             ("flash_bwd_fp32.cu", "flash_bwd_dkdv_lanes_kernel", 4),
+             ("flash_bwd_fp32.cu", "flash_bwd_dq_lanes_kernel", 4)]
+
+
 @NEEDS_NVCC
 @pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90"])
-def test_no_decode_kernel_spills(arch):
-    """All twelve decode kernels (fp32, fp16, bf16 × head dims 32, 64, 96, 128), not
-    only the card's: no spill stores or loads, no stack."""
+@pytest.mark.parametrize("source, kernel, count", INSTANCES,
+                         ids=[i[1] for i in INSTANCES])
+def test_no_instance_spills(source, kernel, count, arch):
+    """No spill stores or loads and no stack in any instance of the kernel."""
     if cards._release(find_nvcc()) != BUDGETS["nvcc"]:
         pytest.skip(f"ptxas figures are budgeted for nvcc {BUDGETS['nvcc']}")
-    report = ab.ptxas_report(ab.kernel_source("decode.cu"), arch)
-    kernels = {k: v for k, v in report.items() if k.startswith("void decode_kernel<")}
-    assert len(kernels) == 12
+    report = ab.ptxas_report(ab.kernel_source(source), arch)
+    kernels = {k: v for k, v in report.items() if k.startswith(f"void {kernel}<")}
+    assert len(kernels) == count
     assert {k: (v["spill_stores"], v["spill_loads"], v["stack_bytes"])
             for k, v in kernels.items()} == {k: (0, 0, 0) for k in kernels}
+
+
+@NEEDS_NVCC
+def test_the_compact_table_names_each_kernel_of_a_card_in_88_columns():
+    lines = cards.compact([cards.card("flash fp32 backward step 2"),
+                           cards.card("decode")]).splitlines()
+    assert lines[1] == "flash fp32 backward step 2"   # a card of three kernels
+    assert [line.split()[0] for line in lines[2:5]] == [
+        "delta", "dkdv_lanes<64>", "dq_lanes<64>"]
+    assert lines[5].split()[0] == "decode" and len(lines) == 6
+    assert max(map(len, lines)) <= 88
 
 
 def test_a_card_below_its_fma_floor_fails_it():

@@ -20,6 +20,7 @@ Deterministic: the same kernels at the same shape give the same card anywhere.
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import re
 from typing import Callable
@@ -242,14 +243,22 @@ def compact(cards, arch: str = "sm_80") -> str:
     """A narrow text table of ``cards``, a row per kernel: ``arch``'s registers, spill
     and stack bytes and occupancy, the card's FMAs per shared load, the kernel's
     sectors per global load request and its shared loads' wavefronts over the
-    conflict-free count (what the chapters print, in 88 columns)."""
+    conflict-free count (what the chapters print, in 88 columns). A card of several
+    kernels takes a line of its own, its kernels' rows named without their common
+    prefix."""
     rows = [f"{arch:24s}{'regs':>5}{'spill+stack B':>14}{'occupancy':>10}"
             f"{'FMAs/ld':>8}{'sectors/ld':>11}{'smem ways':>10}"]
     for c in cards:
         fmas = c.fmas_per_shared_load
-        for k in c.kernels:
+        names = [c.spec.name]
+        if len(c.kernels) > 1:
+            rows.append(c.spec.name)
+            full = [k.short_name for k in c.kernels]
+            prefix = os.path.commonprefix(full)
+            prefix = prefix[:prefix.rfind("_") + 1]
+            names = ["  " + n[len(prefix):].replace("_kernel", "") for n in full]
+        for name, k in zip(names, c.kernels):
             st = k.static[arch]
-            name = c.spec.name if len(c.kernels) == 1 else k.short_name
             local = st["spill_stores"] + st["spill_loads"] + st["stack_bytes"]
             rows.append(f"{name[:24]:24s}{st['registers']:5d}{local:14d}"
                         f"{st['occupancy']:10.1%}"
@@ -313,15 +322,32 @@ def _append_run():
                                                               dtype=torch.int32))
 
 
-def _forward_for_backward():
-    q, k, v = _attention()
+def _forward_for_backward(d):
+    q, k, v = _attention(d=d)
     o, lse = flash_attention_fp32(q, k, v, return_lse=True)
     return q, k, v, o, lse
 
 
-def _backward_run(q, k, v, o, lse):
+def _backward_run(step, q, k, v, o, lse):
     flash_backward(torch.ones_like(o), q, k, v, o, lse, None, None, None, False, 0, 0,
-                   D ** -0.5)
+                   q.shape[-1] ** -0.5, step)
+
+
+def _backward_spec(step, d):
+    """Chapter 11's backward, step ``step`` at head dim ``d``. FLOPs: 2.5 times the
+    forward's (FlashAttention's convention); bytes: read q, k, v, o, dO and the lse,
+    write dq, dk, dv."""
+    kernels = {1: (f"flash_bwd_dkdv_kernel<{d}, {16 if d == 64 else 8}, 32>",
+                   f"flash_bwd_dq_kernel<{d}, 64, 32>"),
+               2: (f"flash_bwd_dkdv_lanes_kernel<{d}>",
+                   f"flash_bwd_dq_lanes_kernel<{d}>")}
+    return Spec(f"flash fp32 backward step {step}{'' if d == D else f' D={d}'}", "11",
+                _SHAPE.replace(f"D={D}", f"D={d}"), "flash_bwd_fp32.cu",
+                lambda *fwd: _backward_run(step, *fwd),
+                flops=2.5 * attention_flops(B, H, S, S, d),
+                min_bytes=2 * attention_bytes(B, H, S, S, d) + 4.0 * B * H * S,
+                prepare=lambda: _forward_for_backward(d),
+                kernels=("", *kernels[step]))
 
 
 _TC_KERNELS = {
@@ -367,13 +393,7 @@ SPECS = [
            min_bytes=2.0 * 2 * 2 * 128 * (512 + 301) + 2 * 2 * 8 * 128 * 2,
            kernels=("decode_kernel<__half, 128>",))
       for paged in (False, True)),
-    # FLOPs: 2.5 times the forward's (FlashAttention's convention); bytes: read q, k,
-    # v, o, dO and the lse, write dq, dk, dv.
-    Spec("flash fp32 backward", "11", _SHAPE, "flash_bwd_fp32.cu", _backward_run,
-         flops=2.5 * _FWD["flops"], min_bytes=2 * _FWD["min_bytes"] + 4.0 * B * H * S,
-         prepare=_forward_for_backward,
-         kernels=("", "flash_bwd_dkdv_kernel<64, 16, 32>",
-                  "flash_bwd_dq_kernel<64, 64, 32>")),
+    *(_backward_spec(step, d) for step in (1, 2) for d in (D, 128)),
 ]
 
 

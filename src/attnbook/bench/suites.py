@@ -265,9 +265,9 @@ def chapter09():
 
 def chapter11():
     """One backward pass (the forward excluded: its graph is kept and reused) of the
-    book's fp32 kernels against SDPA's backends in fp32, B=4, H=8, D=64, S = 512 … 4096,
-    causal and not, with the peak memory it allocates. FLOPs: 2.5 × the forward's (five
-    matrix products instead of two)."""
+    book's fp32 kernels (step 2, ab.attention's, and step 1) against SDPA's backends in
+    fp32, B=4, H=8, D=64, S = 512 … 4096, causal and not, with the peak memory it
+    allocates. FLOPs: 2.5 × the forward's (five matrix products instead of two)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
     peaks, rows = bench.device_peaks(), []
@@ -277,7 +277,9 @@ def chapter11():
         case = dict(S=S, B=B, H=H, D=D, causal=causal, dtype="float32")
         work = dict(flops=2.5 * bench.attention_flops(B, H, S, S, D, causal),
                     bytes=bench.attention_bytes(B, H, S, S, D) * 2, peaks=peaks)
-        outs = {"attnbook flash": attention(q, k, v, is_causal=causal)}
+        outs = {"attnbook flash": attention(q, k, v, is_causal=causal),
+                "attnbook flash step 1": flash_attention_fp32(q, k, v, causal=causal,
+                                                              step=1)}
         for name, backend in (("sdpa efficient", SDPBackend.EFFICIENT_ATTENTION),
                               ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION),
                               ("sdpa math", SDPBackend.MATH)):

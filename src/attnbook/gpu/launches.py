@@ -48,9 +48,9 @@ def _decode(device, paged):
                                       block_table=table)
 
 
-def _backward(device):
+def _backward(device, step):
     q, k, v = (t.requires_grad_() for t in _qkv(device, 1, 2, 19, 23, 32))
-    ops.attention(q, k, v, is_causal=True).sum().backward()
+    ops.flash_attention_fp32(q, k, v, causal=True, step=step).sum().backward()
     return torch.cat([t.grad.flatten() for t in (q, k, v)])
 
 
@@ -78,7 +78,7 @@ LAUNCHES = {
        for s in ops.GEMM_STEPS},
     "decode, split-K": lambda dev: _decode(dev, False),
     "decode, paged": lambda dev: _decode(dev, True),
-    "backward": _backward,
+    **{f"backward step {s}": (lambda dev, s=s: _backward(dev, s)) for s in (1, 2)},
 }
 
 

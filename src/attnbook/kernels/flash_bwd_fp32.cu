@@ -3,7 +3,8 @@
 // log-sum-exp L; each kernel recomputes the probabilities it needs,
 // p_ij = exp(s_ij − L_i) with s_ij = scale·q_i·k_j (+ the mask).
 //
-// 1. delta: D_i = Σ_d dO_id·O_id (minus dL_i when the lse has a gradient).
+// 1. delta: D_i = Σ_d dO_id·O_id (minus dL_i when the lse has a gradient), by both
+//    steps.
 // 2. dK, dV: a block per Bc keys of one (batch, kv head), one thread per key. The
 //    thread accumulates its rows of dK and dV in registers over every query tile (Q_i,
 //    dO_i through shared memory) of every query head of its group: for GQA, the sum
@@ -11,6 +12,8 @@
 //      dv_j += p_ij dO_i      ds_ij = p_ij (dO_i·v_j − D_i)      dk_j += ds_ij q_i
 // 3. dQ: a block per Br query rows, one thread per row, streaming K and V tiles, as the
 //    forward does:  dq_i += ds_ij k_j.
+// Those are step 1. Step 2 (flash_bwd_fp32_2_lane_groups.cuh) gives each row or key
+// eight lanes instead of one, so that no thread holds more than it has registers for.
 // Every element of dQ, dK and dV is written by one thread that adds its terms in a
 // fixed order: the result is the same bit for bit on every run. (Accumulating dQ in the
 // dK/dV kernel instead would save a pass over K and V, but needs atomic adds from many
@@ -19,24 +22,24 @@
 #include <cmath>
 
 #include "flash_bwd_fp32.h"
+#include "flash_bwd_fp32_2_lane_groups.cuh"   // step 2, and recompute_p
 #include "mask.cuh"
 
-// p = exp(s − L) for a masked score s; 0 for a masked key or a row with no key at all.
-__device__ __forceinline__ float recompute_p(float s, float L) {
-  return s == -INFINITY || L == -INFINITY ? 0.f : __expf(s - L);
-}
-
-// rows: B·H·Sq; o, dout: contiguous [rows, D]; dlse: [rows] or null.
+// rows: B·H·Sq; o, dout: contiguous [rows, D]; dlse: [rows] or null. Eight lanes per
+// row (kBwdGroup), lane t on columns t, t + 8, …: a warp reads 32-byte runs of 4 rows,
+// every sector whole.
 __global__ void flash_bwd_delta_kernel(const float* __restrict__ o,
                                        const float* __restrict__ dout,
                                        const float* __restrict__ dlse,
                                        float* __restrict__ delta, long long rows,
                                        int D) {
-  const long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (r >= rows) return;
+  const long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kBwdGroup;
+  const int t = threadIdx.x % kBwdGroup;
   float acc = 0.f;
-  for (int d = 0; d < D; ++d) acc += o[r * D + d] * dout[r * D + d];
-  delta[r] = dlse ? acc - dlse[r] : acc;
+  for (int d = t; r < rows && d < D; d += kBwdGroup)
+    acc += o[r * D + d] * dout[r * D + d];
+  acc = group_sum(acc, 0xffu << (threadIdx.x % 32 / kBwdGroup * kBwdGroup));
+  if (r < rows && t == 0) delta[r] = dlse ? acc - dlse[r] : acc;
 }
 
 // Grid: (ceil(Sk / Bc), B·Hkv) from (batch, kv head) bh0 on; Bc threads. q, dout:
@@ -158,45 +161,69 @@ __global__ void flash_bwd_dq_kernel(const float* __restrict__ q,
     for (int d = 0; d < D; ++d) dq[row + d] = acc[d] * scale;
 }
 
-template <int D, int BrKV, int BrQ, int Bc>
-static void launch(const float* q, const float* k, const float* v, const float* o,
-                   const float* dout, const float* lse, const float* dlse, float* delta,
-                   float* dq, float* dk, float* dv, int B, int H, int Hkv, int Sq,
-                   int Sk, float scale, const MaskParams& mask, cudaStream_t stream) {
-  const long long rows = (long long)B * H * Sq;
-  flash_bwd_delta_kernel<<<unsigned((rows + 255) / 256), 256, 0, stream>>>(
+// The launches: the delta kernel (both steps), then a step's two passes.
+static void launch_delta(const float* o, const float* dout, const float* dlse,
+                         float* delta, long long rows, int D, cudaStream_t stream) {
+  const long long threads = rows * kBwdGroup;
+  flash_bwd_delta_kernel<<<unsigned((threads + 255) / 256), 256, 0, stream>>>(
       o, dout, dlse, delta, rows, D);
+}
+
+// A step's two passes: its dK/dV kernel over blocks of `keys` keys (B·Hkv heads), then
+// its dQ kernel over blocks of `rows` query rows (B·H heads), in launches of at most
+// 65535 heads (gridDim.y's limit).
+using DkDvKernel = void (*)(const float*, const float*, const float*, const float*,
+                            const float*, const float*, float*, float*, int, int, int,
+                            int, int, float, MaskParams);
+using DqKernel = void (*)(const float*, const float*, const float*, const float*,
+                          const float*, const float*, float*, int, int, int, int, int,
+                          float, MaskParams);
+static void launch_passes(DkDvKernel dkdv, int keys, int kv_threads, DqKernel dq_pass,
+                          int rows, int q_threads, const float* q, const float* k,
+                          const float* v, const float* dout, const float* lse,
+                          const float* delta, float* dq, float* dk, float* dv, int B,
+                          int H, int Hkv, int Sq, int Sk, float scale,
+                          const MaskParams& mask, cudaStream_t stream) {
   const long long BHkv = (long long)B * Hkv, BH = (long long)B * H;
-  for (long long bh0 = 0; bh0 < BHkv; bh0 += 65535) {   // gridDim.y is at most 65535
-    const dim3 grid((Sk + Bc - 1) / Bc, unsigned(std::min(BHkv - bh0, 65535ll)));
-    flash_bwd_dkdv_kernel<D, BrKV, Bc><<<grid, Bc, 0, stream>>>(
-        q, k, v, dout, lse, delta, dk, dv, int(bh0), H, Hkv, Sq, Sk, scale, mask);
+  for (long long bh0 = 0; bh0 < BHkv; bh0 += 65535) {
+    const dim3 grid((Sk + keys - 1) / keys, unsigned(std::min(BHkv - bh0, 65535ll)));
+    dkdv<<<grid, kv_threads, 0, stream>>>(q, k, v, dout, lse, delta, dk, dv, int(bh0),
+                                          H, Hkv, Sq, Sk, scale, mask);
   }
   for (long long bh0 = 0; bh0 < BH; bh0 += 65535) {
-    const dim3 grid((Sq + BrQ - 1) / BrQ, unsigned(std::min(BH - bh0, 65535ll)));
-    flash_bwd_dq_kernel<D, BrQ, Bc><<<grid, BrQ, 0, stream>>>(
-        q, k, v, dout, lse, delta, dq, int(bh0), H, Hkv, Sq, Sk, scale, mask);
+    const dim3 grid((Sq + rows - 1) / rows, unsigned(std::min(BH - bh0, 65535ll)));
+    dq_pass<<<grid, q_threads, 0, stream>>>(q, k, v, dout, lse, delta, dq, int(bh0),
+                                            H, Hkv, Sq, Sk, scale, mask);
   }
 }
 
-// Returns false if head_dim D is not compiled. delta: a [B, H, Sq] workspace.
+// Returns false if head_dim D or the step is not compiled. delta: a [B, H, Sq]
+// workspace.
 bool flash_bwd_fp32(const float* q, const float* k, const float* v, const float* o,
                     const float* dout, const float* lse, const float* dlse,
                     float* delta, float* dq, float* dk, float* dv, int B, int H,
-                    int Hkv, int Sq, int Sk, int D, float scale, const MaskParams& mask,
-                    cudaStream_t stream) {
-  // Per D, the query rows of a dK/dV tile: its shared memory, 8·Bc·(D + 1) + 8·Br·D
-  // bytes, stays under 48 KB. dQ blocks take 64 rows; key tiles are 32 keys.
+                    int Hkv, int Sq, int Sk, int D, int step, float scale,
+                    const MaskParams& mask, cudaStream_t stream) {
+  if ((step != 1 && step != 2) || (D != 32 && D != 64 && D != 96 && D != 128))
+    return false;
+  launch_delta(o, dout, dlse, delta, (long long)B * H * Sq, D, stream);
+  // Step 1, per D: the query rows of a dK/dV tile, so that its shared memory,
+  // 8·Bc·(D + 1) + 8·Br·D bytes, stays under 48 KB. dQ blocks take 64 rows; key tiles
+  // are 32 keys.
 #define ATTNBOOK_BWD_CONFIG(d, brkv)                                                 \
-  if (D == d) {                                                                      \
-    launch<d, brkv, 64, 32>(q, k, v, o, dout, lse, dlse, delta, dq, dk, dv, B, H,    \
-                            Hkv, Sq, Sk, scale, mask, stream);                       \
-    return true;                                                                     \
-  }
+  if (D == d && step == 1)                                                           \
+    launch_passes(flash_bwd_dkdv_kernel<d, brkv, 32>, 32, 32,                        \
+                  flash_bwd_dq_kernel<d, 64, 32>, 64, 64, q, k, v, dout, lse, delta, \
+                  dq, dk, dv, B, H, Hkv, Sq, Sk, scale, mask, stream);               \
+  if (D == d && step == 2)                                                           \
+    launch_passes(flash_bwd_dkdv_lanes_kernel<d>, kBwdKeys, kBwdKVThreads,           \
+                  flash_bwd_dq_lanes_kernel<d>, kBwdRows, kBwdQThreads, q, k, v,     \
+                  dout, lse, delta, dq, dk, dv, B, H, Hkv, Sq, Sk, scale, mask,      \
+                  stream);
   ATTNBOOK_BWD_CONFIG(32, 32)
   ATTNBOOK_BWD_CONFIG(64, 16)
   ATTNBOOK_BWD_CONFIG(96, 8)
   ATTNBOOK_BWD_CONFIG(128, 8)
 #undef ATTNBOOK_BWD_CONFIG
-  return false;
+  return true;
 }

@@ -10,7 +10,7 @@ std::vector<at::Tensor> backward(at::Tensor dout, at::Tensor q, at::Tensor k,
                                  at::Tensor v, at::Tensor o, at::Tensor lse,
                                  at::Tensor dlse, at::Tensor bias, at::Tensor lengths,
                                  bool causal, int64_t stride, int64_t window,
-                                 double scale) {
+                                 double scale, int64_t step) {
   const char* names[] = {"dout", "q", "k", "v", "o", "lse"};
   const at::Tensor* tensors[] = {&dout, &q, &k, &v, &o, &lse};
   for (int i = 0; i < 6; ++i) attnbook::check_tensor(*tensors[i], names[i], at::kFloat);
@@ -27,6 +27,8 @@ std::vector<at::Tensor> backward(at::Tensor dout, at::Tensor q, at::Tensor k,
   }
   TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX,
               "B·H, Sq and Sk must be below 2^31");
+  if (step == 2)   // 16-byte loads and stores
+    for (int i = 0; i < 4; ++i) check_aligned(*tensors[i], names[i]);
   const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
   attnbook::DeviceGuard guard(q);
   at::Tensor dq = q.new_zeros(q.sizes()), dk = k.new_zeros(k.sizes()),
@@ -39,9 +41,10 @@ std::vector<at::Tensor> backward(at::Tensor dout, at::Tensor q, at::Tensor k,
                              has_dlse ? dlse.data_ptr<float>() : nullptr,
                              delta.data_ptr<float>(), dq.data_ptr<float>(),
                              dk.data_ptr<float>(), dv.data_ptr<float>(), int(B), int(H),
-                             int(Hkv), int(Sq), int(Sk), int(D), float(scale), mask,
-                             attnbook::stream()),
-              "head_dim ", D, " is not compiled for the backward pass");
+                             int(Hkv), int(Sq), int(Sk), int(D), int(step),
+                             float(scale), mask, attnbook::stream()),
+              "head_dim ", D, " or step ", step, " is not compiled for the backward ",
+              "pass");
   attnbook::check_launch();
   return {dq, dk, dv};
 }

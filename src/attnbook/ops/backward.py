@@ -1,17 +1,19 @@
-"""The backward pass of the fused fp32 kernel (``kernels/flash_bwd_fp32.cu``) as the
-registered op ``torch.ops.attnbook.flash_backward``, and the autograd formula that makes
-``torch.ops.attnbook.flash_forward`` (and so ``ab.attention`` in float32) differentiable
-in q, k and v."""
+"""The backward pass of the fused fp32 kernel (``kernels/flash_bwd_fp32.cu``, two steps)
+as the registered op ``torch.ops.attnbook.flash_backward``, and the autograd formula
+that makes ``torch.ops.attnbook.flash_forward`` (and so ``ab.attention`` in float32)
+differentiable in q, k and v: forward step s, backward step s."""
 from __future__ import annotations
 
 from typing import Optional
 
 import torch
 
-from .flash import flash_forward
+from .flash import aligned_rows, flash_forward
 from .registry import extension
 
-__all__ = ["flash_backward"]
+__all__ = ["flash_backward", "FLASH_BWD_FP32_STEPS"]
+
+FLASH_BWD_FP32_STEPS = {1: "a thread per row or key", 2: "eight lanes per row or key"}
 
 
 @torch.library.custom_op("attnbook::flash_backward", mutates_args=())
@@ -19,28 +21,32 @@ def flash_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                    v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                    dlse: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                    key_lengths: Optional[torch.Tensor],
-                   causal: bool, stride: int, window: int,
-                   scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   causal: bool, stride: int, window: int, scale: float,
+                   step: int = 2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of the fused forward for the upstream gradients ``dout`` (and ``dlse``
-    of the log-sum-exp, or None), on contiguous checked inputs."""
+    of the log-sum-exp, or None), on contiguous checked inputs, by step ``step`` of the
+    backward (:data:`FLASH_BWD_FP32_STEPS`)."""
     module = extension("flash_bwd_fp32").module(q.device)
+    if step == 2:   # its 16-byte loads and stores need rows that start on 16 bytes
+        dout, q, k, v = (aligned_rows(t) for t in (dout, q, k, v))
     none = q.new_empty(0)
     return tuple(module.backward(
         dout, q, k, v, o, lse, none if dlse is None else dlse,
         none if bias is None else bias, none if key_lengths is None else key_lengths,
-        causal, stride, window, scale))
+        causal, stride, window, scale, step))
 
 
 @flash_backward.register_fake
-def _(dout, q, k, v, o, lse, dlse, bias, key_lengths, causal, stride, window, scale):
+def _(dout, q, k, v, o, lse, dlse, bias, key_lengths, causal, stride, window, scale,
+      step=2):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, bias, key_lengths, causal, stride, window, scale, *_ = inputs
+    q, k, v, bias, key_lengths, causal, stride, window, scale, step, *_ = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, bias, key_lengths)
-    ctx.options = (causal, stride, window, scale)
+    ctx.options = (causal, stride, window, scale, step)
 
 
 def _backward(ctx, do, dlse):
