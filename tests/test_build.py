@@ -3,6 +3,7 @@ reporting, and the nvcc compile check of every kernel the package and the notebo
 compile, for the three architectures the book targets."""
 import ast
 import json
+import logging
 import pathlib
 import re
 import time
@@ -12,6 +13,7 @@ import torch
 
 import attnbook as ab
 from attnbook.toolchain import emulator
+from attnbook.toolchain.compile import report_build
 from attnbook.toolchain import KERNEL_DIR, find_nvcc
 
 HERE = pathlib.Path(__file__).parent / "cuda"
@@ -103,6 +105,21 @@ def test_bad_arguments():
             ab.compile("x", "", "", ["f"], backend="cuda")
     with pytest.raises(FileNotFoundError, match="vector_add.cu"):
         ab.kernel_source("nope.cu")
+
+
+# ---- the line a build leaves ----------------------------------------------------------
+def test_an_emulator_build_leaves_a_log_record_and_no_output(capsys, caplog):
+    """Builds for the emulator take seconds and would leave a line in every notebook
+    cell that compiles: they log it. A GPU build, a minute the first time, prints it."""
+    with caplog.at_level(logging.INFO, logger="attnbook"):
+        ab.compile("selftest", (HERE / "selftest.cu").read_text(),
+                   (HERE / "selftest_wrapper.cpp").read_text(), ["run"],
+                   backend="emulator")
+    assert capsys.readouterr().out == ""
+    assert [r.getMessage().split(" in ")[0] for r in caplog.records] == [
+        "compiled selftest for the CPU emulator"]
+    report_build("decode", False, "sm_80", 41.04)
+    assert capsys.readouterr().out == "compiled decode for sm_80 in 41.0 s\n"
 
 
 # ---- the portable context switch gives the same answers ------------------------------

@@ -23,6 +23,7 @@ import logging
 import os
 import pathlib
 import re
+import sys
 import time
 import warnings
 
@@ -216,7 +217,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
         wrapper_text = f'#line 1 "wrapper"\n{pasted}\n'
         cpp = [header + '#include "cuda_emulator.h"\n' + f'#line 1 "{src_name}"\n'
                + kernel_text + "\n" + wrapper_text]
-        cu, target, includes = [], "the CPU emulator", [EMULATOR_DIR]
+        cu, target, includes = [], EMULATOR_TARGET, [EMULATOR_DIR]
         cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={arch_number(arch or 'sm_80')}"]
         cflags, cuda_flags = cflags + list(extra_cflags), []
         if checked:
@@ -266,15 +267,32 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                 os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
             else:
                 os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
-    # One line, printed once the build is done, so that it never splits a cell's output.
-    print(f"compiled {name}{' (checked)' if checked else ''} for {target} in "
-          f"{time.perf_counter() - start:.1f} s")
+    # One line once the build is done, so that it never splits a cell's output.
+    report_build(name, checked, target, time.perf_counter() - start)
     if backend == "emulator":
         twin = None if checked else _Twin(name, cuda, wrapper, functions,
                                           dict(arch=arch, extra_cflags=extra_cflags,
                                                include_dirs=include_dirs))
         emulator.guard_module(module, functions, twin)
     return module
+
+
+LOG = logging.getLogger("attnbook")
+EMULATOR_TARGET = "the CPU emulator"
+
+
+def report_build(name: str, checked: bool, target: str, seconds: float,
+                 out=None) -> None:
+    """The line a finished build leaves. Printed (to ``out``, by default stdout) for a
+    GPU build, where a reader waits up to a minute on the first one, and where ``out``
+    is given; an emulator build, seconds long, is an INFO record of the ``attnbook``
+    logger instead, so that it leaves no line in a notebook's output."""
+    line = (f"compiled {name}{' (checked)' if checked else ''} for {target} in "
+            f"{seconds:.1f} s")
+    if target == EMULATOR_TARGET and out is None:
+        LOG.info(line)
+    else:
+        print(line, file=out or sys.stdout)
 
 
 @contextlib.contextmanager

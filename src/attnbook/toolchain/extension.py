@@ -26,11 +26,11 @@ import time
 import torch
 
 from . import emulator, ptx
-from .compile import (BACKENDS, CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR, INCLUDE_DIR,
-                      CompileError, arch_list, arch_number, build_lock,
-                      device_arch, short_error, build_directory, cpp_extension,
-                      default_backend, emulator_headers, quiet_build,
-                      write_if_changed)
+from .compile import (BACKENDS, CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR,
+                      EMULATOR_TARGET, INCLUDE_DIR, CompileError, arch_list,
+                      arch_number, build_lock, device_arch, short_error,
+                      build_directory, cpp_extension, default_backend,
+                      emulator_headers, quiet_build, report_build, write_if_changed)
 
 __all__ = ["load_extension"]
 
@@ -151,7 +151,7 @@ class Build:
         paths = [write_if_changed(folder / f"{name}.cpp" if name.endswith(".cu")
                                   else folder / name, text) for text, name in texts]
         includes = [EMULATOR_DIR, INCLUDE_DIR, *self.folders]
-        return self._load(full, paths, cflags, [], includes, "the CPU emulator")
+        return self._load(full, paths, cflags, [], includes, EMULATOR_TARGET)
 
     def cuda(self, arch):
         full = f"{self.name}_cuda_" + _key(*(t for pair in self.files for t in pair),
@@ -175,9 +175,8 @@ class Build:
         except (RuntimeError, ImportError) as e:
             raise CompileError(f"compiling {self.name} failed:\n"
                                f"{self._errors(str(e))}") from None
-        checked = " (checked)" if "_checked_" in full else ""
-        print(f"compiled {self.name}{checked} for {target} in "
-              f"{time.perf_counter() - start:.1f} s")
+        report_build(self.name, "_checked_" in full, target,
+                     time.perf_counter() - start)
         return module
 
     def _errors(self, log):

@@ -27,9 +27,10 @@ import time
 import torch
 
 from . import emulator, ptx, sanitizer
-from .compile import (CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR, INCLUDE_DIR,
-                      CompileError, arch_number, build_lock, short_error,
-                      build_directory, cpp_extension, emulator_headers)
+from .compile import (CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR, EMULATOR_TARGET,
+                      INCLUDE_DIR, CompileError, arch_number, build_lock,
+                      short_error, build_directory, cpp_extension,
+                      emulator_headers, report_build)
 
 __all__ = ["build", "run", "main"]
 
@@ -43,7 +44,8 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
           verbose: bool = False, log=None) -> pathlib.Path:
     """The executable of the CUDA program ``source`` (a path) for the emulator,
     compiled unless cached. ``includes``: folders for ``#include``; ``defines``:
-    ``NAME`` or ``NAME=VALUE``; ``log``: where the build's one line goes (stdout)."""
+    ``NAME`` or ``NAME=VALUE``; ``log``: where the build's one line goes (by default
+    the ``attnbook`` logger, see :func:`~attnbook.toolchain.compile.report_build`)."""
     path = pathlib.Path(source)
     if not path.is_file():
         raise FileNotFoundError(f"no program {str(path)!r}")
@@ -83,8 +85,7 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
             if done.returncode:
                 raise CompileError(f"compiling {path.name} failed:\n"
                                    + short_error(done.stderr, text, path.name))
-    print(f"compiled {name}{' (checked)' if sanitize else ''} for the CPU emulator in "
-          f"{time.perf_counter() - start:.1f} s", file=log or sys.stdout)
+    report_build(name, sanitize, EMULATOR_TARGET, time.perf_counter() - start, log)
     return exe
 
 
