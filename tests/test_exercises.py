@@ -97,6 +97,18 @@ def test_a_compile_error_is_reported_not_raised(device):
     assert not report.passed and "does not compile" in text and "z" in text
 
 
+def test_a_nan_result_is_reported_as_nan_with_where(device):
+    """A kernel that writes NaN is told so, where and how often: not as a 'max error'
+    of 1.8e+308."""
+    report = grade("relu_grid_stride",
+                   "__global__ void relu(const float* x, float* y, int n) {\n"
+                   "  for (int i = threadIdx.x; i < n; i += blockDim.x)\n"
+                   "    y[i] = i == 3 ? NAN : fmaxf(x[i], 0.f);\n}\n", device)
+    text = str(report)
+    assert not report.passed and "e+308" not in text, text
+    assert "1 NaN where the answer is a number (first at (3,))" in text, text
+
+
 def test_unknown_exercise():
     with pytest.raises(ValueError, match="no exercise 'nope'"):
         ab.exercises.grade("nope", "")

@@ -53,18 +53,32 @@ def _exercise(name):
 
 
 def _first_difference(got, want, rtol, atol):
-    """A sentence on where ``got`` and ``want`` first differ, or None if they agree."""
+    """A sentence on where ``got`` and ``want`` first differ, or None if they agree:
+    how many values are wrong, the first, how many are NaN or infinite where the
+    answer is not (and the reverse), and the largest error among the finite ones."""
     if got.shape != want.shape:
         return f"shape {tuple(got.shape)}, expected {tuple(want.shape)}"
-    bad = ~torch.isclose(got.double(), want.double(), rtol=rtol, atol=atol,
-                         equal_nan=True)
+    g, w = got.double(), want.double()
+    bad = ~torch.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
     if not bad.any():
         return None
-    where = tuple(int(i) for i in bad.nonzero()[0])
-    err = (got.double() - want.double()).abs().nan_to_num(float("inf")).max().item()
-    return (f"{int(bad.sum())} of {bad.numel()} values wrong; first at index {where}: "
-            f"{got[where].item():.6g}, expected {want[where].item():.6g} "
-            f"(max error {err:.3g})")
+
+    def first(mask):
+        return tuple(int(i) for i in mask.nonzero()[0])
+
+    where = first(bad)
+    parts = [f"{int(bad.sum())} of {bad.numel()} values wrong; first at index {where}: "
+             f"{got[where].item():.6g}, expected {want[where].item():.6g}"]
+    for mask, what in ((g.isnan() & ~w.isnan(), "NaN where the answer is a number"),
+                       (g.isinf() & w.isfinite(), "±inf where the answer is finite"),
+                       (w.isnan() & ~g.isnan(), "a number where the answer is NaN")):
+        if mask.any():
+            parts.append(f"{int(mask.sum())} {what} (first at {first(mask)})")
+    finite = bad & g.isfinite() & w.isfinite()
+    if finite.any():
+        parts.append(f"max error {(g - w).abs()[finite].max().item():.3g} "
+                     "among the finite ones")
+    return "; ".join(parts)
 
 
 def grade(name: str, source: str, *, backend: str | None = None) -> GradeReport:
