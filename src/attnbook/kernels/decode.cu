@@ -20,8 +20,8 @@
 // In a block: 4 warps; each warp owns rows warp, warp + 4, … and keeps their running
 // max m, running sum l and output (D / 32 floats per lane) in registers. Keys stream
 // through shared memory in tiles of 32, one key per lane: lane j scores key j for every
-// row of its warp, the warp reduces max and sum with shuffles, then each live key's
-// value is read once and added, weighted, into every row of the warp.
+// row of its warp, the warp reduces max and sum with shuffles, then each key's value
+// is read once and added, weighted, into each row of the warp that may see the key.
 //
 // Memory traffic. The cache is read in 16-byte chunks (8 fp16/bf16 or 4 fp32 values,
 // one load instruction each), 128 consecutive chunks per block-wide load: K and V
