@@ -119,3 +119,9 @@ def test_tests_over_devices_take_the_cpu_and_refuse_a_missing_gpu():
     assert refused.returncode != 0
     assert ("ATTNBOOK_TEST_DEVICES names 'cuda', but torch sees no CUDA device here"
             in refused.stdout + refused.stderr)
+
+
+def test_ncu_profiles_launches_that_exist():
+    """The first H200 run stopped at a name the launches had lost ('flash fp32')."""
+    from attnbook.gpu.launches import LAUNCHES
+    assert set(ncu.KERNELS) <= set(LAUNCHES)

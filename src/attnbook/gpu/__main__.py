@@ -47,7 +47,7 @@ def _dry_run(stages, later, out, workers):
             print(f"{'':<24}$ {shlex.join(argv)}")
     total = sum(s.estimate_s for s in stages)
     print(f"{'total':<13}{total:>7} s  ({total / 60:.0f} min, estimates for one H100 "
-          "with 16 cores)")
+          "or H200 with 16 cores)")
     groups = commands_of(stages)
     print(f"in commands of at most {COMMAND_LIMIT_S} s: {len(groups)}")
     for i, group in enumerate(groups, 1):

@@ -26,7 +26,7 @@ from .launches import LAUNCHES
 
 __all__ = ["KERNELS", "METRICS", "parse_raw_csv", "compare", "main"]
 
-KERNELS = ("flash fp32", "tensor cores step 5", "decode, split-K")
+KERNELS = ("flash fp32 step 2", "tensor cores step 5", "decode, split-K")
 # (space, op, what) -> the ncu metric that counts it. ldmatrix and cp.async have
 # counters of their own on the GPU (op_ldsm, op_ldgsts); the emulator counts them as
 # shared and global loads.

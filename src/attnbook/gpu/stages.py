@@ -1,6 +1,7 @@
 """The stages of ``python -m attnbook.gpu``: each a name, what it proves, the time it
-is expected to take on one H100 with 16 cores (an estimate until a run records the
-real one in ``summary.json``), and the commands it runs.
+is expected to take on one H100 or H200 with 16 cores (rounded up from the first H200
+run's ``summary.json`` where that run finished the stage, a guess otherwise), and the
+commands it runs.
 
 Every stage runs its commands with the same environment: the checkout's ``src`` (and
 ``build/gpu/site``, where the check stage installs carried wheels) on ``PYTHONPATH``,
@@ -77,30 +78,32 @@ def _sanitizer(tool):
             "--log-file", f"{{out}}/{tool}.log", PY, "-m", "attnbook.gpu.launches")
 
 
-def _bench(part, chapters):
+def _bench(part, chapters, estimate_s):
     return Stage(f"bench-{part}", "the benchmark suites of chapters "
                  + ", ".join(chapters) + " (results into the run's folder)",
-                 50 * len(chapters), ((PY, "-m", "attnbook.bench", *chapters),))
+                 estimate_s, ((PY, "-m", "attnbook.bench", *chapters),))
 
 
 STAGES = (
     Stage("check", "versions, the GPU, nvcc, compute-sanitizer and ncu; installs the "
-          "carried wheels (.whl/) the notebooks need", 30,
+          "carried wheels (.whl/) the notebooks need", 15,
           ((PY, "-m", "attnbook.gpu", "--environment", "{out}/environment.json"),)),
     Stage("build", "every extension of the package built by nvcc for this GPU, in "
-          "parallel, into the shared extension cache", 150,
+          "parallel, into the shared extension cache", 60,
           ((PY, "-m", "attnbook.gpu", "--build", "{workers}"),)),
     Stage("tests", "the unit tests of every op and kernel on cuda, and the GPU-only "
-          "checks (-m 'cuda or gpu'); the exercises' kernels each an nvcc build", 300,
-          (PYTEST + ("-n", "{workers}", "-m", "cuda or gpu", "--junitxml",
-                     "{out}/junit.xml", "tests/"),),
+          "checks (-m 'cuda or gpu'); the exercises' kernels each an nvcc build", 180,
+          # --dist load: a test that kills its worker is an error and the run goes on
+          # (the file-grouped modes ended the first H200 run at one such crash)
+          (PYTEST + ("-n", "{workers}", "--dist", "load", "-m", "cuda or gpu",
+                     "--junitxml", "{out}/junit.xml", "tests/"),),
           env=(("ATTNBOOK_TEST_DEVICES", "cuda"),)),   # collect the cuda half only
-    _bench("a", ("02", "03", "04", "05")),
-    _bench("b", ("07", "08", "09", "10", "11")),
-    _notebooks("a", "chapters 1-6 and the appendices", NOTEBOOKS_A, 240),
-    _notebooks("b", "chapters 7-11", NOTEBOOKS_B, 300),
+    _bench("a", ("02", "03", "04", "05"), 30),
+    _bench("b", ("07", "08", "09", "10", "11"), 270),
+    _notebooks("a", "chapters 1-6 and the appendices", NOTEBOOKS_A, 180),
+    _notebooks("b", "chapters 7-11", NOTEBOOKS_B, 400),
     Stage("sanitize", "compute-sanitizer " + ", ".join(SANITIZERS) + " on every "
-          "package kernel at small shapes (attnbook.gpu.launches)", 180,
+          "package kernel at small shapes (attnbook.gpu.launches)", 60,
           tuple(_sanitizer(tool) for tool in SANITIZERS),
           # every tensor its own allocation, so that memcheck sees each one's bounds
           env=(("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),)),
