@@ -153,6 +153,16 @@ def test_sweep_heatmap_places_each_tile_shape():
     matplotlib.pyplot.close("all")
 
 
+def test_the_bound_is_the_slower_of_compute_and_memory_at_the_peaks():
+    peaks = dict(fp32_tflops=60.0, fp16_tflops=900.0, bandwidth_gbs=4000.0)
+    fp32 = dict(ms=2.0, tflops=30.0, gbs=40.0)            # half the fp32 peak, 1% of bw
+    assert bench.bound_ms(fp32, peaks) == 1.0
+    fp16 = dict(fp32, dtype="float16", tflops=90.0)       # a tenth of the tensor cores
+    assert bench.bound_ms(fp16, peaks) == pytest.approx(0.2)
+    copy = dict(ms=2.0, gbs=3000.0)                        # no FLOPs: bandwidth alone
+    assert bench.bound_ms(copy, peaks) == 1.5
+
+
 def test_peak_memory_counts_what_the_call_allocates(device):
     """Views of tensors made before the call cost nothing; the registered ops'
     workspaces (the naive path's S×S scores) are counted although the op is one opaque

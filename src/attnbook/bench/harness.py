@@ -22,7 +22,7 @@ import torch
 
 __all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_bytes",
            "pytorch_attention", "Result", "machine_record", "measure", "save", "load",
-           "results_dir", "run_or_load", "ratio"]
+           "results_dir", "run_or_load", "ratio", "bound_ms"]
 
 # Datasheet peaks: fp32 on CUDA cores (TFLOP/s), dense fp16 on tensor cores (TFLOP/s),
 # and DRAM bandwidth (GB/s). Matched against torch's device name in this order
@@ -278,3 +278,17 @@ def ratio(result: Result, impl: str, baseline: str, **where) -> float:
     if len(a) != 1 or len(b) != 1 or a[0]["ms"] is None or b[0]["ms"] is None:
         return math.nan
     return b[0]["ms"] / a[0]["ms"]
+
+
+def bound_ms(row: dict, peaks: dict) -> float:
+    """The least time a recorded row's work can take on the device it was measured on
+    (``peaks``, the result's ``machine["peaks"]``): its FLOPs at the compute peak of its
+    dtype (fp32 on CUDA cores; fp16 and bf16 on tensor cores) or its bytes at the
+    memory bandwidth, whichever takes longer. The bytes are those the suite counted,
+    the least the operation moves; the design cards' bound, at the benchmark's shape."""
+    fp32 = row.get("dtype", "float32") == "float32"
+    compute = "fp32_tflops" if fp32 else "fp16_tflops"
+    share = row["gbs"] / peaks["bandwidth_gbs"]
+    if row.get("tflops"):
+        share = max(share, row["tflops"] / peaks[compute])
+    return row["ms"] * share
