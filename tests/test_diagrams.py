@@ -41,6 +41,14 @@ def test_diagrams_draw():
     matplotlib.pyplot.close("all")
 
 
+def test_the_roofline_reaches_past_every_point():
+    """Appendix B's H200 points lie at 8192 FLOP/B, twice as far as the default axis."""
+    ax = diagrams.roofline("H200", points=[("far", 8192.0, 150.0)])
+    assert max(ax.lines[0].get_xdata()) >= 2 * 8192
+    assert max(diagrams.roofline("T4").lines[0].get_xdata()) == 2 ** 12
+    matplotlib.pyplot.close("all")
+
+
 def test_tensor_core_diagrams_draw_every_element_once():
     ax = diagrams.mma_fragments(16)
     assert len(ax.patches) == 16 * 16 + 16 * 8 + 16 * 8 + 4     # A, B, C and the legend

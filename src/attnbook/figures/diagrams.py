@@ -4,6 +4,8 @@ chapter 4's tiles through shared memory, chapter 7's query tiles and K/V stream,
 roofline; and the occupancy limits of a kernel."""
 from __future__ import annotations
 
+import math
+
 import matplotlib.patches as patches
 import matplotlib.pyplot as plt
 
@@ -137,7 +139,8 @@ def roofline(gpu="A100-SXM4-80GB", points=(), ax=None):
     peaks = next(p for name, p in PEAKS if name in gpu)
     bw = peaks["bandwidth_gbs"] / 1e3                     # TB/s: TFLOP/s per FLOP/B
     ax = ax or plt.subplots(figsize=(6, 4))[1]
-    xs = [2 ** (e / 8) for e in range(-16, 97)]
+    top = max([2.0 ** 12] + [2 * intensity for _, intensity, _ in points])
+    xs = [2 ** (e / 8) for e in range(-16, 8 * math.ceil(math.log2(top)) + 1)]
     for key, label, color in (("fp32_tflops", "fp32", BLUE),
                               ("fp16_tflops", "fp16 tensor cores", ORANGE)):
         ax.plot(xs, [min(peaks[key], bw * x) for x in xs], color=color, label=label)
