@@ -356,6 +356,7 @@ _TC_KERNELS = {
     3: "flash_tc_smem_p_kernel<__half, 64, 64, 4, LdmatrixFragments<true> >",
     4: "flash_tc_pipeline_kernel<__half, 64, 64, 4, false>",
     5: "flash_tc_pipeline_kernel<__half, 64, 64, 4, true>"}
+_TILED = ("gemm_regblock<true, true>", "", "", "gemm_regblock<false, true>")
 _FWD = dict(flops=attention_flops(B, H, S, S, D),
             min_bytes=attention_bytes(B, H, S, S, D))
 SPECS = [
@@ -366,8 +367,16 @@ SPECS = [
          lambda: three_kernels(*_attention(), impl="naive"), **_FWD),
     Spec("tiled attention", "4", _SHAPE, "tiled_attention.cu",
          lambda: three_kernels(*_attention(), impl="tiled"),
-         kernels=("gemm_regblock<true, true>", "", "", "gemm_regblock<false, true>"),
-         **_FWD),
+         kernels=_TILED, **_FWD),
+    # Chapter 5's two paths to a stride of 4: the keys gathered, or every score masked.
+    # Both are charged the strided work: a quarter of the keys.
+    *(Spec(f"tiled attention, stride 4{' dense' if dense else ''}", "5",
+           _SHAPE + ", stride 4", "tiled_attention.cu",
+           lambda dense=dense: three_kernels(*_attention(), impl="tiled", stride=4,
+                                             gather=not dense),
+           kernels=_TILED, flops=attention_flops(B, H, S, S // 4, D),
+           min_bytes=attention_bytes(B, H, S, S // 4, D))
+      for dense in (False, True)),
     Spec("flash fp32 step 1", "7", _SHAPE, "flash_fp32.cu",
          lambda: flash_attention_fp32(*_attention(), step=1),
          kernels=("flash_fwd_fp32_kernel<64, 64, 32>",), **_FWD),
