@@ -50,6 +50,22 @@ def test_the_notebooks_show_each_exercise_s_files_verbatim():
         assert text.strip("\n") == want.strip("\n"), (notebook, name, var)
 
 
+def test_solutions_are_hidden_in_the_book_and_in_colab():
+    """A solution cell is collapsed in the rendered book (hide-input) and is a Colab
+    form (cellView: form, a # @title line), whose code Colab hides until asked."""
+    hidden = 0
+    for nb in sorted(BOOK.glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            source = "".join(cell["source"])
+            if not re.search(r'exercises\.grade\("\w+", SOLUTION\)', source):
+                continue
+            assert "hide-input" in cell["metadata"].get("tags", []), nb.name
+            assert cell["metadata"].get("cellView") == "form", nb.name
+            assert source.startswith("# @title Solution"), nb.name
+            hidden += 1
+    assert hidden == len(EXERCISES)
+
+
 def test_each_chapter_folder_holds_its_exercises_parts_and_nothing_else():
     parts = (".cu", ".solution.cu", ".launcher.cu", ".wrapper.cpp")
     want = {f"ch{ex.chapter}/{ex.name}{part}" for ex in EXERCISES.values()
