@@ -15,13 +15,18 @@ from .registry import extension
 
 __all__ = ["attention_with_kvcache", "decode_attention", "num_splits_heuristic",
            "choose_num_splits", "sm_count", "DECODE_HEAD_DIMS", "EMULATED_SM_COUNT",
-           "KEYS_PER_SPLIT"]
+           "KEYS_PER_SPLIT", "BLOCKS_PER_SM"]
 
 DECODE_HEAD_DIMS = (32, 64, 96, 128)
 # The emulator has no SMs; the heuristic then plans for an A100's 108, so that the CPU
 # runs the same launches (and gives the same answers) as that GPU would.
 EMULATED_SM_COUNT = 108
 KEYS_PER_SPLIT = 128   # a split gets at least this many keys: 4 tiles of the kernel
+# The blocks the heuristic plans per SM. FlashAttention counts two for its 128-thread
+# blocks (its num_splits_heuristic is given twice the SM count); the decode kernel's
+# blocks are 128 threads too, with __launch_bounds__(128, 2). On an H200 (chapter 9's
+# recorded run), 128 blocks read 230 GB/s and 512 blocks 425 GB/s: one a SM is too few.
+BLOCKS_PER_SM = 2
 
 
 @torch.library.custom_op("attnbook::decode_attention", mutates_args=())
@@ -57,7 +62,8 @@ def num_splits_heuristic(blocks: int, key_chunks: int, num_sms: int,
                          max_splits: int = MAX_SPLITS) -> int:
     """FlashAttention's rule for split-K. ``blocks`` thread blocks run without splitting
     (B · Hkv · row groups); ``key_chunks`` is how many splits the longest sequence can
-    feed.
+    feed; ``num_sms``, the blocks the GPU runs at once in the rule's terms (FlashAttention
+    and :func:`choose_num_splits` pass :data:`BLOCKS_PER_SM` times the SM count).
 
     If the blocks already fill 80% of the SMs, splitting only adds the combine: 1.
     Otherwise each candidate s gives blocks·s blocks, i.e. blocks·s / num_sms waves, the
@@ -84,7 +90,7 @@ def choose_num_splits(batch: int, kv_heads: int, rows: int, max_keys: int,
     sequence."""
     blocks = batch * kv_heads * -(-rows // ROWS_PER_BLOCK)
     chunks = max(1, -(-max_keys // KEYS_PER_SPLIT))
-    return num_splits_heuristic(blocks, chunks, sm_count(device))
+    return num_splits_heuristic(blocks, chunks, BLOCKS_PER_SM * sm_count(device))
 
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
