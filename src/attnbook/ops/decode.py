@@ -65,7 +65,7 @@ def num_splits_heuristic(blocks: int, key_chunks: int, num_sms: int,
     feed; ``num_sms``, the blocks the GPU runs at once in the rule's terms (FlashAttention
     and :func:`choose_num_splits` pass :data:`BLOCKS_PER_SM` times the SM count).
 
-    If the blocks already fill 80% of the SMs, splitting only adds the combine: 1.
+    If the blocks already fill 80% of ``num_sms``, splitting only adds the combine: 1.
     Otherwise each candidate s gives blocks·s blocks, i.e. blocks·s / num_sms waves, the
     last one partly idle; its efficiency is waves / ceil(waves). Take the smallest s
     within 85% of the best efficiency (more splits mean more partial states to write and
