@@ -62,8 +62,9 @@ def num_splits_heuristic(blocks: int, key_chunks: int, num_sms: int,
                          max_splits: int = MAX_SPLITS) -> int:
     """FlashAttention's rule for split-K. ``blocks`` thread blocks run without splitting
     (B · Hkv · row groups); ``key_chunks`` is how many splits the longest sequence can
-    feed; ``num_sms``, the blocks the GPU runs at once in the rule's terms (FlashAttention
-    and :func:`choose_num_splits` pass :data:`BLOCKS_PER_SM` times the SM count).
+    feed; ``num_sms``, the blocks the GPU runs at once in the rule's terms
+    (FlashAttention and :func:`choose_num_splits` pass :data:`BLOCKS_PER_SM` times the
+    SM count).
 
     If the blocks already fill 80% of ``num_sms``, splitting only adds the combine: 1.
     Otherwise each candidate s gives blocks·s blocks, i.e. blocks·s / num_sms waves, the
