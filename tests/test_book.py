@@ -127,6 +127,28 @@ def test_cross_references_point_to_pages_in_the_toc():
                              f"{sorted(missing)}")
 
 
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_chapter_links_the_chapters_it_names(nb):
+    """The first time a page names another chapter or appendix ("chapter 7",
+    "Appendix B") outside a heading, the name links to that page."""
+    pages = {p.name.split("_")[0]: p.name for p in NOTEBOOKS}
+    unlinked, seen = [], set()
+    for line in markdown_text(nb).splitlines():
+        if line.startswith("#"):
+            continue
+        for m in re.finditer(r"(\[?)([Cc]hapter|[Aa]ppendix) (\d+|[AB])\b"
+                             r"(\]\(([^)]+)\))?", line):
+            num = m.group(3)
+            key = f"{int(num):02d}" if num.isdigit() else f"{num}1"
+            page = pages.get(key)
+            if page is None or page == nb.name or key in seen:
+                continue
+            seen.add(key)
+            if m.group(5) != page:
+                unlinked.append(m.group(0))
+    assert not unlinked, f"{nb.name}: first mentions without a link: {unlinked}"
+
+
 def test_reference_finder_sees_each_form():
     assert referenced_chapters("chapter 7, chapters 2–5 and appendix A") == \
         {"07", "02", "03", "04", "05", "A1"}
