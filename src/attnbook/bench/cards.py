@@ -97,6 +97,11 @@ class Card:
                    for op in ("load", "store"))
 
     @property
+    def traffic(self) -> float:
+        """Global bytes counted over the least the operation needs."""
+        return self.counted_bytes / self.spec.min_bytes
+
+    @property
     def fmas_per_shared_load(self):
         """The operation's FMAs (FLOPs / 2) per shared-memory load instruction of a
         thread (32 per warp-wide request), over every launch; None without shared
@@ -436,7 +441,7 @@ def measures(card: Card) -> dict:
             store_sectors=k.memory["global store"]["sectors_per_request"],
             conflict_ways=max(k.memory[f"shared {op}"]["conflict_ways"]
                               for op in ("load", "store")))
-    out = dict(traffic=card.counted_bytes / card.spec.min_bytes)
+    out = dict(traffic=card.traffic)
     if card.fmas_per_shared_load is not None:
         out["fmas_per_shared_load"] = card.fmas_per_shared_load
     return dict(out, kernels=[per_kernel(k) for k in card.kernels])
