@@ -76,12 +76,18 @@ void run_wrong(int64_t which, int64_t block, int64_t who, int64_t i, int64_t sme
                at::Tensor out) {
   launch_wrong(int(which), int(block), int(who), i, int(smem), out.data_ptr<float>());
 }
+at::Tensor run_wrong_new(int64_t which, int64_t block, int64_t who, int64_t i,
+                         int64_t n) {   // into a tensor of n floats it allocates
+  at::Tensor out = at::zeros({n});
+  launch_wrong(int(which), int(block), int(who), i, 0, out.data_ptr<float>());
+  return out;
+}
 void run_fill(at::Tensor out) { launch_fill(out.data_ptr<float>()); }
 void run_tiny(at::Tensor out) { launch_tiny(out.data_ptr<float>()); }
 void run_spin(at::Tensor out) { launch_spin(out.data_ptr<float>()); }
 """
 
-FUNCTIONS = ["run_wrong", "run_fill", "run_tiny", "run_spin"]
+FUNCTIONS = ["run_wrong", "run_wrong_new", "run_fill", "run_tiny", "run_spin"]
 
 
 def build():
@@ -107,10 +113,21 @@ DEPTH = [i for i, text in enumerate(SOURCE.splitlines(), 1) if 1 < i < 7]
 
 # which, i, smem, the message
 CASES = {
+    # 4 TiB past a tensor: unmapped, or past the CPU's 47-bit addresses
     "write far out of bounds": (0, 1 << 40, 0,
-                                r"illegal memory access: a write at address 0x"),
+                                r"illegal memory access: (a write at address 0x|an "
+                                r"address outside the CPU's address space)"),
     "read far out of bounds": (1, 1 << 40, 0,
-                               r"illegal memory access: a read at address 0x"),
+                               r"illegal memory access: (a read at address 0x|an "
+                               r"address outside the CPU's address space)"),
+    # out holds 256 floats: 4000 floats past its end, 1000 before its start
+    "write a few KB past a tensor": (0, 256 + 4000, 0,
+                                     r"a write at address 0x[0-9a-f]+ \(SIGSEGV\), "
+                                     r"16000 bytes past the end of a 1024-byte tensor"),
+    "read a few KB before a tensor": (1, -1000, 0,
+                                      r"a read at address 0x[0-9a-f]+ \(SIGSEGV\), "
+                                      r"4000 bytes before the start of a 1024-byte "
+                                      r"tensor"),
     "recursion a million deep": (2, 10**6, 0,
                                  r"stack overflow: the thread used more than its "
                                  r"576 KiB of stack"),
@@ -133,7 +150,7 @@ for n in (1, 2):
     with ab.workers(n):
         out = torch.zeros(256)
         try:
-            ext.run_wrong({which}, {block}, {who}, {i}, {smem}, out)
+            {call}
         except ab.KernelFault as e:
             print("KernelFault:", e)
         fill_works(ext)
@@ -146,21 +163,64 @@ def run_child(code, timeout=120):
                           timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_a_faulting_thread_is_an_exception_and_the_process_goes_on(ext, case):
-    which, i, smem, message = CASES[case]
-    block, who = 2, 37
-    child = run_child(CHILD.format(tests=os.path.dirname(__file__), which=which,
-                                   block=block, who=who, i=i, smem=smem))
+def faults_in_child(call):
+    """The KernelFault lines of ``call`` made in a child on 1 and on 2 workers, each
+    followed by a correct launch."""
+    child = run_child(CHILD.format(tests=os.path.dirname(__file__), call=call))
     assert child.returncode == 0, child.stderr[-2000:]
     faults = [ln for ln in child.stdout.splitlines() if ln.startswith("KernelFault")]
     assert len(faults) == 2, child.stdout   # one per worker count
     assert child.stdout.count("next launch ok") == 2
+    return faults
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_faulting_thread_is_an_exception_and_the_process_goes_on(ext, case):
+    which, i, smem, message = CASES[case]
+    block, who = 2, 37
+    faults = faults_in_child(f"ext.run_wrong({which}, {block}, {who}, {i}, {smem}, "
+                             "out)")
     for fault in faults:
         assert f"kernel 'wrong', block ({block},0,0), thread ({who},0,0): " in fault
         assert re.search(message, fault), fault
         assert f"at cell.cu:{LINES[which]}" in fault or which == 2, fault
     assert ("memcheck names the first bad access" in faults[0]) == (which in (0, 1, 4))
+
+
+def test_a_write_past_a_tensor_the_wrapper_allocates_is_a_fault(ext):
+    # the issue's case: a few KB past the end of a 1000-float output
+    faults = faults_in_child("ext.run_wrong_new(0, 1, 5, 1000 + 4000, 1000)")
+    for fault in faults:
+        assert re.search(r"kernel 'wrong', block \(1,0,0\), thread \(5,0,0\): "
+                         r"illegal memory access: a write at address 0x[0-9a-f]+ "
+                         r"\(SIGSEGV\), 16000 bytes past the end of a 4000-byte "
+                         rf"tensor at cell.cu:{LINES[0]}", fault), fault
+
+
+def test_guarded_calls_keep_views_in_place_writes_and_returned_tensors(ext):
+    whole = torch.zeros(300)
+    view = whole[20:276]                  # 256 floats inside a larger storage
+    ext.run_fill(view)                    # written back into `whole`
+    assert torch.equal(view, torch.arange(256.) // 64 + torch.arange(256.) % 64)
+    assert whole[:20].eq(0).all() and whole[276:].eq(0).all()
+    ext.run_wrong(0, 0, 0, -20, 0, view)  # thread 0 writes whole[0]: same storage
+    assert whole[0] == 1
+    out = ext.run_wrong_new(0, 3, 63, 255, 256)   # thread 255 writes 1, not 255
+    assert out[255] == 1 and torch.equal(out[:255], torch.arange(255.))
+
+
+def mappings():
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+def test_torch_s_allocator_is_back_after_a_call_and_after_a_fault(ext):
+    ext.run_fill(torch.zeros(256))
+    with pytest.raises(ab.KernelFault):
+        ext.run_wrong(0, 0, 0, 256 + 4000, 0, torch.zeros(256))
+    before = mappings()
+    kept = [torch.empty(1000) for _ in range(200)]   # a guarded one is a mapping each
+    assert mappings() - before < 50, len(kept)
 
 
 def test_the_fault_is_a_runtime_error_and_names_the_recursions_line(ext):
@@ -247,7 +307,8 @@ def test_more_local_memory_than_a_gpu_allows_is_a_compile_error():
 
 def test_a_fault_in_a_checked_build_is_an_exception_too(ext):
     # ab.profile runs the checked build without memcheck: the wild write faults.
-    with ab.profile(), pytest.raises(ab.KernelFault, match="a write at address"):
+    with ab.profile(), pytest.raises(ab.KernelFault, match=CASES[
+            "write far out of bounds"][3]):
         ext.run_wrong(0, 1, 0, 1 << 40, 0, torch.zeros(256))
     # memcheck stops it before it happens.
     with ab.sanitize(), pytest.raises(ab.MemcheckError, match="byte shared memory|"

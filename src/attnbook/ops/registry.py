@@ -35,7 +35,7 @@ class Extension:
         if key not in _modules:
             _modules[key] = compile(self.name, kernel_source(self.kernel),
                                     kernel_source(self.wrapper), self.functions,
-                                    backend=backend)
+                                    backend=backend, guard_memory=False)
         return _modules[key]
 
 

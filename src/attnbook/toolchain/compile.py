@@ -171,7 +171,8 @@ def _build_failure(log: str, cuda: str, wrapper: str, src_name: str, functions) 
 
 def compile(name: str, cuda: str, wrapper: str, functions, *,
             backend: str | None = None, arch: str | None = None, verbose: bool = False,
-            extra_cflags=(), include_dirs=(), checked: bool = False):
+            extra_cflags=(), include_dirs=(), checked: bool = False,
+            guard_memory: bool = True):
     """Compile ``cuda`` (kernel text) with ``wrapper`` (torch-facing C++) into a module
     that exposes ``functions``. ``backend`` is "cuda", "emulator", or None for this
     machine's. ``arch`` ("sm_75", "sm_80", …) builds the CUDA back end for that
@@ -182,7 +183,12 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
 
     On the emulator, the module's functions run the checked build of the same text
     (compiled on first use, with ``checked=True``) inside :func:`attnbook.sanitize` and
-    :func:`attnbook.profile`; a checked build called outside them checks nothing."""
+    :func:`attnbook.profile`; a checked build called outside them checks nothing.
+    Outside them, with ``guard_memory``, each call's tensors lie between unmapped
+    pages, so that a kernel's access a little past one raises
+    :class:`~attnbook.toolchain.emulator.KernelFault` instead of corrupting the heap
+    (:mod:`attnbook.toolchain.guard`; it copies the arguments: the package's ops, tested
+    and given large tensors, turn it off)."""
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -273,7 +279,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
         twin = None if checked else _Twin(name, cuda, wrapper, functions,
                                           dict(arch=arch, extra_cflags=extra_cflags,
                                                include_dirs=include_dirs))
-        emulator.guard_module(module, functions, twin)
+        emulator.guard_module(module, functions, twin, guard_memory)
     return module
 
 

@@ -57,7 +57,7 @@ import os
 import pathlib
 import re
 
-from . import sanitizer
+from . import guard, sanitizer
 
 __all__ = ["to_cpp", "inline_headers", "thread_order", "workers", "ORDERS",
            "time_budget", "KernelTimeout", "KernelInterrupted", "KernelFault",
@@ -133,12 +133,14 @@ _STOPPED = ((re.compile(r"kernel '[^']*' was interrupted after"), KernelInterrup
                         r"\b"), KernelFault))
 
 
-def _guarded(fn, twin, path):
+def _guarded(fn, twin, path, guard_memory):
     def call(*args, **kwargs):
         mode = sanitizer.mode() if twin is not None else 0
         if mode:
             return sanitizer.run_checked(twin(), call.__name__, mode, args, kwargs)
         try:
+            if guard_memory:
+                return guard.guarded_call(fn, path, args, kwargs)
             return fn(*args, **kwargs)
         except RuntimeError as e:
             for pattern, cls in _STOPPED:
@@ -151,17 +153,18 @@ def _guarded(fn, twin, path):
     return call
 
 
-def guard_module(module, functions, twin=None):
+def guard_module(module, functions, twin=None, guard_memory=True):
     """Make ``functions`` of an emulator extension raise :class:`KernelTimeout` or
     :class:`KernelInterrupted` for a stopped launch and :class:`KernelFault` for a
     faulting thread (pybind11 raises RuntimeError), and,
     given ``twin`` (a callable returning the checked build), run the checked build's
     function of the same name inside :func:`attnbook.sanitize` or
-    :func:`attnbook.profile`."""
+    :func:`attnbook.profile`. Outside them, ``guard_memory`` puts the call's tensors
+    between unmapped pages (:mod:`.guard`), so that an access past one faults."""
     for name in functions:
         fn = getattr(module, name, None)
         if fn is not None and not hasattr(fn, "__wrapped__"):
-            setattr(module, name, _guarded(fn, twin, module.__file__))
+            setattr(module, name, _guarded(fn, twin, module.__file__, guard_memory))
     return module
 
 

@@ -60,7 +60,8 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
         raise CompileError(f"{path.name}: {e}") from None
     cpp = (f'#include "cuda_emulator.h"\n#line 1 "{path.name}"\n{code}\n'
            '#include "emu_program.h"\n')
-    flags = ["-std=c++20", *_FLAGS, f"-DATTNBOOK_EMU_ARCH={arch_number(arch)}",
+    flags = ["-std=c++20", *_FLAGS, "-DATTNBOOK_PROGRAM",
+             f"-DATTNBOOK_EMU_ARCH={arch_number(arch)}",
              *(f"-D{d}" for d in defines),
              *(f"-I{p}" for p in (EMULATOR_DIR, INCLUDE_DIR, *folders)),
              *(f"-I{p}" for p in cpp_extension.include_paths())]

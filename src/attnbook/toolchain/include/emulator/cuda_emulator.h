@@ -677,4 +677,9 @@ inline void ldmatrix(int line, uint32_t* regs, const void* row) {
 #include "emu_more_builtins.h"
 #include "emu_ptx.h"
 #include "emu_host_api.h"
+// A torch extension's plain build: guard pages for a call's tensors (a program has no
+// torch; the checked build checks every access itself).
+#if !defined(ATTNBOOK_PROGRAM) && !defined(ATTNBOOK_CHECKED)
+#include "emu_guard.h"
+#endif
 #define __CUDA_ARCH__ ATTNBOOK_EMU_ARCH

@@ -991,6 +991,10 @@ inline void install_fault_handlers() {
     sigaction(kFaultSignals[i], &sa, &previous_fault_actions()[i]);
 }
 
+// Where a faulting address lies, where the extension knows more than the runtime
+// (emu_guard.h: before or past a tensor of the call); "" otherwise.
+inline std::string (*describe_address)(uintptr_t) = nullptr;
+
 // What the fault of a block's thread was, for the exception: which thread, what it
 // did, where (@pc(offset in this library), which Python turns into file:line).
 inline std::string fault_message(Runtime& r) {
@@ -1036,6 +1040,7 @@ inline std::string fault_message(Runtime& r) {
                   f.signo != SIGSEGV ? "access" : f.write ? "write" : "read",
                   (unsigned long long)f.addr, f.signo == SIGBUS ? "SIGBUS" : "SIGSEGV");
     msg += buf;
+    if (describe_address) msg += describe_address(f.addr);
   }
   Dl_info info;
   if (own_code(f.pc) && dladdr(reinterpret_cast<void*>(&fault_message), &info)) {

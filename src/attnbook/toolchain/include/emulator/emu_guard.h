@@ -1,0 +1,170 @@
+// Guard pages around the tensors of a call, so that a kernel that writes past the end
+// of a tensor on the emulator stops with a KernelFault instead of corrupting the heap.
+//
+// On a GPU a write a little past a cudaMalloc'd buffer lands in the allocation's
+// rounding (silent) or in unmapped memory (an illegal-address error; the process
+// lives). On the CPU it lands in the neighbouring malloc chunk, and the process dies
+// later, far from the kernel. While a call of a reader's module runs in the default
+// (unchecked) mode, Python installs GuardedCpuAllocator as torch's CPU allocator
+// (attnbook_guard_install ... attnbook_guard_restore; see toolchain/guard.py) and
+// copies the call's tensors into memory it allocates. Each allocation is its own
+// mapping:
+//
+//   [ kBeforeBytes PROT_NONE ][ pages: slack < 16 B | data, n bytes ][ kAfterBytes
+//   PROT_NONE ]
+//
+// so data ends on a page boundary (rounded up to 16 bytes: the alignment of a float4),
+// and an access up to kAfterBytes past the end or kBeforeBytes before the start
+// faults; describe_address then names it "N bytes past the end of a B-byte tensor".
+// The guards are address space only: they cost no memory. A freed mapping is kept for
+// the next allocation of as many pages (up to kPoolBytes in all), as malloc keeps its
+// memory: a new mapping's every page faults on first touch, a cost that would
+// otherwise recur at each call.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <new>
+#include <string>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+
+#include "emu_runtime.h"
+
+namespace attnbook_emu {
+
+constexpr size_t kBeforeBytes = size_t(64) << 10;
+constexpr size_t kAfterBytes = size_t(1) << 20;
+constexpr size_t kPoolBytes = size_t(256) << 20;
+
+struct GuardedMapping {
+  size_t bytes;        // of the whole mapping, guards included
+  uintptr_t data;      // where the tensor's bytes start
+  size_t data_bytes;   // as requested
+};
+
+struct GuardedCpuAllocator final : c10::Allocator {
+  std::mutex m;
+  std::map<uintptr_t, GuardedMapping> mappings;   // by the mapping's first byte
+  std::multimap<size_t, uintptr_t> pool;          // freed mappings, by their bytes
+  size_t pooled_bytes = 0;                        // their pages, guards aside
+  c10::Allocator* saved = nullptr;                // torch's allocator, while installed
+
+  static GuardedCpuAllocator& instance() {
+    static GuardedCpuAllocator a;
+    return a;
+  }
+
+  c10::DataPtr allocate(size_t n) override {
+    const c10::Device cpu(c10::DeviceType::CPU);
+    if (n == 0) return {nullptr, nullptr, &release, cpu};
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t padded = (n + 15) / 16 * 16;
+    const size_t body = (padded + page - 1) / page * page;
+    const size_t total = kBeforeBytes + body + kAfterBytes;
+    void* base = reused(total);
+    if (!base) {
+      base = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                  -1, 0);
+      if (base == MAP_FAILED) throw std::bad_alloc();
+      if (mprotect(static_cast<char*>(base) + kBeforeBytes, body,
+                   PROT_READ | PROT_WRITE) != 0) {
+        munmap(base, total);
+        throw std::bad_alloc();
+      }
+    }
+    char* data = static_cast<char*>(base) + kBeforeBytes + body - padded;
+    {
+      std::lock_guard<std::mutex> lock(m);
+      mappings[uintptr_t(base)] = {total, uintptr_t(data), n};
+    }
+    return {data, base, &release, cpu};
+  }
+
+  // A pooled mapping of `total` bytes, or nullptr.
+  void* reused(size_t total) {
+    std::lock_guard<std::mutex> lock(m);
+    auto it = pool.find(total);
+    if (it == pool.end()) return nullptr;
+    void* base = reinterpret_cast<void*>(it->second);
+    pool.erase(it);
+    pooled_bytes -= total - kBeforeBytes - kAfterBytes;
+    return base;
+  }
+
+  static void release(void* base) {
+    if (!base) return;
+    auto& a = instance();
+    size_t bytes;
+    {
+      std::lock_guard<std::mutex> lock(a.m);
+      auto it = a.mappings.find(uintptr_t(base));
+      if (it == a.mappings.end()) return;
+      bytes = it->second.bytes;
+      a.mappings.erase(it);
+      const size_t pages = bytes - kBeforeBytes - kAfterBytes;
+      if (a.pooled_bytes + pages <= kPoolBytes) {
+        a.pool.emplace(bytes, uintptr_t(base));
+        a.pooled_bytes += pages;
+        return;
+      }
+    }
+    munmap(base, bytes);
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  // ", N bytes past the end of a B-byte tensor" for an address in a guard, "" else.
+  std::string describe(uintptr_t a) {
+    std::lock_guard<std::mutex> lock(m);
+    auto it = mappings.upper_bound(a);
+    if (it == mappings.begin()) return "";
+    --it;
+    const GuardedMapping& g = it->second;
+    if (a >= it->first + g.bytes) return "";
+    char buf[160];
+    if (a >= g.data + g.data_bytes)
+      std::snprintf(buf, sizeof buf, ", %zu bytes past the end of a %zu-byte tensor",
+                    size_t(a - g.data - g.data_bytes), g.data_bytes);
+    else if (a < g.data)
+      std::snprintf(buf, sizeof buf,
+                    ", %zu bytes before the start of a %zu-byte tensor",
+                    size_t(g.data - a), g.data_bytes);
+    else
+      return "";
+    return buf;
+  }
+};
+
+inline std::string describe_guarded(uintptr_t a) {
+  return GuardedCpuAllocator::instance().describe(a);
+}
+
+}  // namespace attnbook_emu
+
+// Python (toolchain/guard.py) calls these through ctypes around a call: install makes
+// the guarded allocator torch's CPU allocator, restore puts torch's back.
+extern "C" inline __attribute__((used, visibility("default"))) void
+attnbook_guard_install() {
+  auto& a = ::attnbook_emu::GuardedCpuAllocator::instance();
+  if (c10::GetCPUAllocator() == &a) return;
+  a.saved = c10::GetCPUAllocator();
+  c10::SetCPUAllocator(&a, 255);
+  ::attnbook_emu::describe_address = &::attnbook_emu::describe_guarded;
+}
+
+extern "C" inline __attribute__((used, visibility("default"))) void
+attnbook_guard_restore() {
+  auto& a = ::attnbook_emu::GuardedCpuAllocator::instance();
+  if (a.saved) c10::SetCPUAllocator(a.saved, 255);
+  a.saved = nullptr;
+}
