@@ -149,6 +149,28 @@ def test_a_chapter_links_the_chapters_it_names(nb):
     assert not unlinked, f"{nb.name}: first mentions without a link: {unlinked}"
 
 
+def citations(text: str) -> set[str]:
+    """The keys of the {cite}, {cite:p} and {cite:t} roles in a page's Markdown."""
+    return {key.strip() for m in re.finditer(r"\{cite(?::[pt])?\}`([^`]+)`", text)
+            for key in m.group(1).split(",")}
+
+
+def test_every_citation_is_in_the_bibliography_and_every_entry_is_cited():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["bibtex_bibfiles"] == ["book/references.bib"]
+    assert "file: book/references" in (ROOT / "_toc.yml").read_text()
+    entries = set(re.findall(r"^@\w+\{(\w+),", (ROOT / "book" / "references.bib")
+                             .read_text(), re.M))
+    cited = set()
+    for path in NOTEBOOKS + [ROOT / "book" / "intro.md"]:
+        text = markdown_text(path) if path.suffix == ".ipynb" else path.read_text()
+        unknown = citations(text) - entries
+        assert not unknown, f"{path.name} cites {sorted(unknown)}: not in the .bib"
+        cited |= citations(text)
+    assert entries - cited == set(), f"never cited: {sorted(entries - cited)}"
+    assert citations("as {cite:p}`a,b` and {cite:t}`c`") == {"a", "b", "c"}
+
+
 def test_reference_finder_sees_each_form():
     assert referenced_chapters("chapter 7, chapters 2–5 and appendix A") == \
         {"07", "02", "03", "04", "05", "A1"}

@@ -71,3 +71,15 @@ def test_backward_schedule_skips_the_masked_tiles():
                   len(t.get_text()) <= 3]
         assert len(labels) == 4 * 5 - 6                  # 6 tiles above the diagonal
     matplotlib.pyplot.close("all")
+
+
+def test_the_gpu_figure_draws_every_sm_and_the_devices_table():
+    from attnbook.toolchain.devices import GPUS
+    for name, gpu in GPUS.items():
+        ax = diagrams.gpu_hierarchy(name)
+        sms = [p for p in ax.patches if p.get_width() == pytest.approx(0.56)]
+        assert len(sms) == gpu.sms
+        text = "\n".join(t.get_text() for t in ax.texts)
+        assert f"{gpu.l2_mb} MB, shared by all SMs" in text
+        for other in GPUS.values():   # the table of all three
+            assert f"{other.arch:>7s}{other.sms:6d}" in text

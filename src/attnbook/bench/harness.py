@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..toolchain.devices import GPUS
+
 __all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_bytes",
            "pytorch_attention", "Result", "machine_record", "measure", "save", "load",
            "results_dir", "run_or_load", "ratio", "bound_ms"]
@@ -31,12 +33,12 @@ PEAKS = [
     ("H200", dict(fp32_tflops=67.0, fp16_tflops=989.0, bandwidth_gbs=4800.0)),
     ("H100 PCIe", dict(fp32_tflops=51.0, fp16_tflops=756.0, bandwidth_gbs=2000.0)),
     ("H100 NVL", dict(fp32_tflops=60.0, fp16_tflops=835.0, bandwidth_gbs=3900.0)),
-    ("H100", dict(fp32_tflops=67.0, fp16_tflops=989.0, bandwidth_gbs=3350.0)),   # SXM5
+    ("H100", GPUS["H100"].peaks),   # SXM5
     ("A100-SXM4-80GB", dict(fp32_tflops=19.5, fp16_tflops=312.0, bandwidth_gbs=2039.0)),
     ("A100 80GB PCIe", dict(fp32_tflops=19.5, fp16_tflops=312.0, bandwidth_gbs=1935.0)),
-    ("A100", dict(fp32_tflops=19.5, fp16_tflops=312.0, bandwidth_gbs=1555.0)),   # 40 GB
+    ("A100", GPUS["A100"].peaks),   # 40 GB
     ("L4", dict(fp32_tflops=30.3, fp16_tflops=121.0, bandwidth_gbs=300.0)),
-    ("T4", dict(fp32_tflops=8.1, fp16_tflops=65.0, bandwidth_gbs=320.0)),
+    ("T4", GPUS["T4"].peaks),
 ]
 
 

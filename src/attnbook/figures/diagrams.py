@@ -1,4 +1,5 @@
-"""Diagrams of how kernels map threads to data: chapter 2's grid over the scores,
+"""Diagrams of the hardware and of how kernels map threads to data: chapter 2's GPU and
+its grid over the scores,
 chapter 4's tiles through shared memory, chapter 7's query tiles and K/V stream, chapter
 8's tensor-core fragments and shared-memory banks, chapter 11's backward loops; a
 roofline; and the occupancy limits of a kernel."""
@@ -11,10 +12,12 @@ import matplotlib.pyplot as plt
 
 from ..bench.harness import PEAKS
 from ..reference import fragments
+from ..toolchain.devices import GPUS
 from ..toolchain.occupancy import ARCHITECTURES, occupancy
 
-__all__ = ["score_grid", "gemm_tiles", "flash_schedule", "roofline", "occupancy_bars",
-           "mma_fragments", "ldmatrix_fragment", "bank_groups", "backward_schedule"]
+__all__ = ["gpu_hierarchy", "score_grid", "gemm_tiles", "flash_schedule", "roofline",
+           "occupancy_bars", "mma_fragments", "ldmatrix_fragment", "bank_groups",
+           "backward_schedule"]
 
 BLUE, ORANGE, GREEN, GREY = "#4c72b0", "#dd8452", "#55a868", "#d0d0d0"
 
@@ -33,6 +36,53 @@ def _frame(ax, w, h, title, top=-1.5):
     ax.set_aspect("equal")
     ax.axis("off")
     ax.set_title(title, fontsize=9)
+
+
+def gpu_hierarchy(gpu="A100", ax=None):
+    """What a kernel runs on: ``gpu``'s SMs, each with its warps, register file and
+    shared memory, the L2 cache they share and the DRAM behind it, and the same figures
+    for every GPU of :data:`~attnbook.toolchain.devices.GPUS` (datasheet values)."""
+    g = GPUS[gpu]
+    sm = ARCHITECTURES[g.arch]
+    ax = ax or plt.subplots(figsize=(9.5, 5.6))[1]
+    ax.set_xlim(0, 19)
+    ax.set_ylim(11.2, 0)
+    ax.axis("off")
+    cols = 12
+    rows = math.ceil(g.sms / cols)
+    _box(ax, 0.2, 0.2, 8.4, 6.4, "white")
+    ax.text(4.4, 0.6, f"{g.name}: {g.sms} SMs", ha="center", fontsize=9)
+    for i in range(g.sms):
+        _box(ax, 0.5 + (i % cols) * 0.66, 1.0 + (i // cols) * 3.3 / rows, 0.56,
+             3.0 / rows, ORANGE if i == 0 else BLUE, alpha=1.0 if i == 0 else 0.45)
+    _box(ax, 0.5, 4.6, 7.8, 0.8, GREY, f"L2 cache, {g.l2_mb} MB, shared by all SMs")
+    _box(ax, 0.5, 7.2, 7.8, 1.0, GREEN,
+         f"DRAM ({g.memory}): {g.memory_gb} GB, {g.bandwidth_gbs / 1e3:.2f} TB/s",
+         alpha=0.6)
+    ax.annotate("", (4.4, 7.2), (4.4, 5.4), arrowprops=dict(arrowstyle="<->"))
+    # one SM, enlarged
+    _box(ax, 10.0, 0.2, 8.6, 6.4, "white")
+    ax.text(14.3, 0.6, "one SM (orange)", ha="center", fontsize=9)
+    ax.plot([0.5 + 0.56, 10.0], [1.0, 0.2], color=ORANGE, linewidth=0.8)
+    warps = sm["warps"]
+    _box(ax, 10.3, 1.0, 8.0, 1.4, BLUE,
+         f"up to {warps} resident warps of 32 threads ({32 * warps} threads),\n"
+         f"{sm['blocks']} blocks; a block runs on one SM", alpha=0.45)
+    regs = sm["registers"]
+    _box(ax, 10.3, 2.6, 8.0, 1.1, ORANGE,
+         f"registers: {regs // 1024}K × 32 bit ({regs // 256} KB)", alpha=0.6)
+    _box(ax, 10.3, 3.9, 8.0, 1.1, GREEN,
+         f"shared memory: up to {sm['shared'] // 1024} KB, for the block's threads",
+         alpha=0.6)
+    _box(ax, 10.3, 5.2, 8.0, 1.1, GREY, "tensor cores and CUDA cores")
+    header = f"{'':6s}{'arch':>7s}{'SMs':>6s}{'smem/SM':>9s}{'L2':>7s}{'DRAM':>16s}"
+    lines = [header] + [
+        f"{d.name:6s}{d.arch:>7s}{d.sms:6d}"
+        f"{ARCHITECTURES[d.arch]['shared'] // 1024:>6d} KB{d.l2_mb:>4d} MB"
+        f"{d.memory_gb:>5d} GB {d.bandwidth_gbs / 1e3:4.2f} TB/s"
+        for d in GPUS.values()]
+    ax.text(0.3, 8.7, "\n".join(lines), family="monospace", fontsize=8.5, va="top")
+    return ax
 
 
 def score_grid(sq=40, sk=56, block=16, ax=None):

@@ -2,9 +2,12 @@
 book."""
 from __future__ import annotations
 
-from ..toolchain.compile import kernel_source
+import re
 
-__all__ = ["show_kernel", "show_source"]
+from ..toolchain.compile import kernel_source
+from ..toolchain.emulator import blank_out
+
+__all__ = ["show_kernel", "show_source", "declarations"]
 
 
 class _Code:
@@ -18,17 +21,97 @@ class _Code:
         return self.text
 
 
-def show_kernel(filename: str, start: str | None = None, end: str | None = None):
-    """The kernel file ``filename`` (or the lines from the one containing ``start`` up
-    to the one before ``end``), for display."""
+# What a line at column 0 declares: a macro, a type, an alias, a function (the first
+# name before a parenthesis, attributes aside), a variable.
+_DECLARED = [re.compile(p) for p in (
+    r"#define\s+(\w+)",
+    r"(?:template\s*<.*>\s*)?(?:struct|class|union|enum(?:\s+class)?)\s+(\w+)",
+    r"using\s+(\w+)\s*=",
+    r"(?:[^(=]*?\s)?(\w+)\s*\(",
+    r"[^(]*?\b(\w+)\s*(?:=|\[|;|\{)")]
+
+_ATTRIBUTES = re.compile(r"(__launch_bounds__|alignas)\s*\([^)]*\)\s*|"
+                         r"__attribute__\s*\(\(.*?\)\)\s*")
+
+
+def _declared(line: str) -> str | None:
+    if not line or line[0] in " \t}/" or line.startswith(("template", "#include",
+                                                           "#pragma", "#if", "#e")):
+        return None
+    line = _ATTRIBUTES.sub("", line)
+    for pattern in _DECLARED:
+        m = pattern.match(line)
+        if m:
+            return m.group(1)
+    return None
+
+
+def _end(masked: list[str], i: int) -> int:
+    """The last line of the declaration that starts at line ``i``: its ``;``, or the
+    line of the brace that closes its body."""
+    depth = 0
+    opened = False
+    for j in range(i, len(masked)):
+        if masked[j].startswith("#define"):
+            while masked[j].rstrip().endswith("\\"):
+                j += 1
+            return j
+        for c in masked[j]:
+            if c in "({[":
+                depth += 1
+                opened |= c == "{"
+            elif c in ")}]":
+                depth -= 1
+                if depth == 0 and c == "}" and opened:
+                    return j
+            elif c == ";" and depth == 0:
+                return j
+    raise SyntaxError(f"a declaration at line {i + 1} does not end")
+
+
+def declarations(text: str) -> dict[str, list[tuple[int, int]]]:
+    """Each name declared at the top level of kernel text, with the lines (first, last;
+    0-based) of each of its declarations: the comment and ``template`` lines right above
+    it, through its ``;`` or the brace that closes its body. Overloads and
+    specialisations are several declarations of one name."""
+    lines = text.splitlines()
+    masked = blank_out(text, strings=True).splitlines()
+    found: dict[str, list[tuple[int, int]]] = {}
+    i = 0
+    while i < len(lines):
+        # the name may be on the next line (after `__global__ void __launch_bounds__`)
+        name = _declared(masked[i]) if masked[i].strip() else None
+        if name is None and re.match(r"\w", masked[i]) and i + 1 < len(lines):
+            name = _declared(masked[i] + " " + masked[i + 1].strip())
+        if name is None:
+            i += 1
+            continue
+        first = i
+        while first > 0 and lines[first - 1].startswith(("//", "template")):
+            first -= 1
+        last = _end(masked, i)
+        found.setdefault(name, []).append((first, last))
+        i = last + 1
+    return found
+
+
+def show_kernel(filename: str, *names: str):
+    """The kernel file ``filename``, or only the declarations of ``names`` in it (each
+    with its comment; every overload of a name), in that order, for display."""
     text = kernel_source(filename)
-    if start is not None:
+    if names:
         lines = text.splitlines()
-        i = next(n for n, ln in enumerate(lines) if start in ln)
-        j = next((n for n, ln in enumerate(lines[i + 1:], i + 1) if end and end in ln),
-                 len(lines))
-        text = "\n".join(lines[i:j])
-    return _Code(text, "cuda")
+        found = declarations(text)
+        missing = [n for n in names if n not in found]
+        if missing:
+            raise KeyError(f"{filename} declares no {missing}; it declares "
+                           f"{sorted(found)}")
+        spans = [span for n in names for span in found[n]]
+        # declarations next to each other in the file stay together
+        text = "\n".join(lines[spans[0][0]:spans[0][1] + 1])
+        for (_, end), (a, b) in zip(spans, spans[1:]):
+            text += ("\n" if a == end + 1 else "\n\n") + "\n".join(lines[a:b + 1])
+    return _Code(text.rstrip("\n"), "cuda")
 
 
 def show_source(obj):

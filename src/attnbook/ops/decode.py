@@ -10,6 +10,7 @@ from typing import Optional
 import torch
 
 from ..args.decode import MAX_SPLITS, ROWS_PER_BLOCK, kvcache_args
+from ..toolchain.devices import GPUS
 from .kv_cache import kv_cache_append_op
 from .registry import extension
 
@@ -20,7 +21,7 @@ __all__ = ["attention_with_kvcache", "decode_attention", "num_splits_heuristic",
 DECODE_HEAD_DIMS = (32, 64, 96, 128)
 # The emulator has no SMs; the heuristic then plans for an A100's 108, so that the CPU
 # runs the same launches (and gives the same answers) as that GPU would.
-EMULATED_SM_COUNT = 108
+EMULATED_SM_COUNT = GPUS["A100"].sms
 KEYS_PER_SPLIT = 128   # a split gets at least this many keys: 4 tiles of the kernel
 # The blocks the heuristic plans per SM. FlashAttention counts two for its 128-thread
 # blocks (its num_splits_heuristic is given twice the SM count); the decode kernel's
