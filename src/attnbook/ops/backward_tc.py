@@ -52,8 +52,6 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, do, dlse):
     q, k, v, o, lse, bias, key_lengths = ctx.saved_tensors
-    if do is None:   # only the log-sum-exp was used
-        do = torch.zeros_like(o)
     dq, dk, dv = flash_tc_backward(do, q, k, v, o, lse, dlse, bias, key_lengths,
                                    *ctx.options)
     return dq, dk, dv, *[None] * 9
