@@ -348,14 +348,14 @@ def _backward_spec(step, d):
     tensor-core backward, fp16). FLOPs: 2.5 times the forward's (FlashAttention's
     convention); bytes: read q, k, v, o, dO and the lse, write dq, dk, dv."""
     tc = step == "tc"
-    rows = 64 if d == 64 else 32   # the dK/dV kernel's query tile, the dQ kernel's keys
+    rows = 32 if d == 64 else 16   # the dK/dV kernel's query tile
     kernels = {1: ("", f"flash_bwd_dkdv_kernel<{d}, {16 if d == 64 else 8}, 32>",
                    f"flash_bwd_dq_kernel<{d}, 64, 32>"),
                2: ("", f"flash_bwd_dkdv_lanes_kernel<{d}>",
                    f"flash_bwd_dq_lanes_kernel<{d}>"),
                "tc": ("flash_bwd_tc_delta_kernel<__half>",
                       f"flash_bwd_tc_dkdv_kernel<__half, {d}, {rows}, 4>",
-                      f"flash_bwd_tc_dq_kernel<__half, {d}, {rows}, 4>")}
+                      f"flash_bwd_tc_dq_kernel<__half, {d}, 32, 4>")}
     name = "flash tc backward" if tc else f"flash fp32 backward step {step}"
     shape = _SHAPE.replace(f"D={D}", f"D={d}") + (" fp16" if tc else "")
     return Spec(f"{name}{'' if d == D else f' D={d}'}", "11", shape,

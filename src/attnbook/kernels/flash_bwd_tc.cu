@@ -149,7 +149,7 @@ constexpr int bwd_tc_bytes() {
 // 16·Warps keys. q, dout [B, H, Sq, D]; k, v, dk, dv [B, Hkv, Sk, D]; lse, delta
 // [B, H, Sq]; contiguous.
 template <class T, int D, int Br, int Warps>
-__global__ void __launch_bounds__(32 * Warps)
+__global__ void __launch_bounds__(32 * Warps, 1)
     flash_bwd_tc_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k,
                              const T* __restrict__ v, const T* __restrict__ dout,
                              const float* __restrict__ lse,
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(32 * Warps)
 // Grid: (ceil(Sq / Br), B·H) from (batch, head) bh0 on; 32·Warps threads, Br =
 // 16·Warps rows. Layouts as above; dq [B, H, Sq, D] of T.
 template <class T, int D, int Bc, int Warps>
-__global__ void __launch_bounds__(32 * Warps)
+__global__ void __launch_bounds__(32 * Warps, 1)
     flash_bwd_tc_dq_kernel(const T* __restrict__ q, const T* __restrict__ k,
                            const T* __restrict__ v, const T* __restrict__ dout,
                            const float* __restrict__ lse,
@@ -285,9 +285,12 @@ static TcStatus launch(const T* q, const T* k, const T* v, const T* o, const T* 
   return kTcLaunched;
 }
 
-// Per D: dK/dV blocks of 64 keys (4 warps) over query tiles of 64 rows (D = 64) or 32
-// (D = 128); dQ blocks of 64 rows (4 warps) over key tiles of 64 or 32. Shared memory:
-// 32 KB at D = 64, 48 KB at D = 128, for both kernels.
+// Per D: dK/dV blocks of 64 keys (4 warps) over query tiles of 32 rows (D = 64) or 16
+// (D = 128); dQ blocks of 64 rows (4 warps) over key tiles of 32. Shared memory: 24 KB
+// (both kernels) at D = 64; 40 KB (dK/dV) and 48 KB (dQ) at D = 128. Smaller tiles
+// keep a thread's fragments (dK and dV: D/2 floats each; Sᵀ and dPᵀ: Br/4 each) in
+// registers: with __launch_bounds__(128, 1) ptxas takes what it needs (at most 242 at
+// D = 128, sm_75) and spills nothing; without the 1, it squeezed to 168 and spilled.
 TcStatus flash_bwd_tc(bool bf16, const void* q, const void* k, const void* v,
                       const void* o, const void* dout, const float* lse,
                       const float* dlse, float* delta, void* dq, void* dk, void* dv,
@@ -301,7 +304,7 @@ TcStatus flash_bwd_tc(bool bf16, const void* q, const void* k, const void* v,
         static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv), B, H, Hkv, Sq, \
         Sk, scale, mask, stream);
 #define ATTNBOOK_BWD_TC_HEAD_DIMS(T) \
-  ATTNBOOK_BWD_TC_CONFIG(T, 64, 64, 64) ATTNBOOK_BWD_TC_CONFIG(T, 128, 32, 32)
+  ATTNBOOK_BWD_TC_CONFIG(T, 64, 32, 32) ATTNBOOK_BWD_TC_CONFIG(T, 128, 16, 32)
   if (bf16) {
     ATTNBOOK_BWD_TC_HEAD_DIMS(__nv_bfloat16)
   } else {
