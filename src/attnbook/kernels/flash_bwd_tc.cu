@@ -138,6 +138,19 @@ __device__ __forceinline__ void store_fragment(const float (&acc)[D / 8][4],
   }
 }
 
+// The arguments of the dK/dV and dQ kernels: q, dout [B, H, Sq, D]; k, v
+// [B, Hkv, Sk, D]; lse, delta [B, H, Sq]; the outputs dq [B, H, Sq, D], dk and dv
+// [B, Hkv, Sk, D]; every tensor contiguous, rows on 16 bytes.
+template <class T>
+struct BwdTcArgs {
+  const T *q, *k, *v, *dout;
+  const float *lse, *delta;
+  T *dq, *dk, *dv;
+  int H, Hkv, Sq, Sk;
+  float scale;
+  MaskParams mask;
+};
+
 // Dynamic shared memory of both kernels: two tiles of `a` rows and two of `b` rows,
 // D 16-bit elements each (dK/dV: K, V [Bc][D] and Q, dO [Br][D]; dQ: the reverse).
 template <int D, int Rows>
@@ -146,16 +159,13 @@ constexpr int bwd_tc_bytes() {
 }
 
 // Grid: (ceil(Sk / Bc), B·Hkv) from (batch, kv head) bh0 on; 32·Warps threads, Bc =
-// 16·Warps keys. q, dout [B, H, Sq, D]; k, v, dk, dv [B, Hkv, Sk, D]; lse, delta
-// [B, H, Sq]; contiguous.
+// 16·Warps keys. Writes dk and dv.
 template <class T, int D, int Br, int Warps>
 __global__ void __launch_bounds__(32 * Warps, 1)
-    flash_bwd_tc_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k,
-                             const T* __restrict__ v, const T* __restrict__ dout,
-                             const float* __restrict__ lse,
-                             const float* __restrict__ delta, T* __restrict__ dk,
-                             T* __restrict__ dv, int bh0, int H, int Hkv, int Sq,
-                             int Sk, float scale, MaskParams mask) {
+    flash_bwd_tc_dkdv_kernel(const BwdTcArgs<T> a, int bh0) {
+  const T *q = a.q, *k = a.k, *v = a.v, *dout = a.dout;
+  const int H = a.H, Hkv = a.Hkv, Sq = a.Sq, Sk = a.Sk;
+  const MaskParams& mask = a.mask;
   constexpr int Bc = 16 * Warps, Threads = 32 * Warps;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t *Ks = smem, *Vs = Ks + Bc * D, *Qs = Vs + Bc * D, *dOs = Qs + Br * D;
@@ -184,26 +194,24 @@ __global__ void __launch_bounds__(32 * Warps, 1)
       const int i_hi = min(Sq, i0 + Br) - 1;
       const bool unmasked = tile_unmasked(mask, b, i0, i_hi, j0, j0 + Bc, Sq, Sk);
       probs_and_dscores<true>(s, dp, unmasked, mask, b, h, j0 + 16 * warp, i0, Sq, Sk,
-                              scale, lse + bh * Sq, delta + bh * Sq, lane);
+                              a.scale, a.lse + bh * Sq, a.delta + bh * Sq, lane);
       warp_mma_fragment<T, D, Br>(dv_acc, s, dOs, lane);    // dV += Pᵀ dO
       warp_mma_fragment<T, D, Br>(dk_acc, dp, Qs, lane);    // dK += dSᵀ Q
     }
   }
   const size_t first = size_t(bkv) * Sk * D;
-  store_fragment<T, D>(dk_acc, scale, dk + first, j0 + 16 * warp, Sk, lane);
-  store_fragment<T, D>(dv_acc, 1.f, dv + first, j0 + 16 * warp, Sk, lane);
+  store_fragment<T, D>(dk_acc, a.scale, a.dk + first, j0 + 16 * warp, Sk, lane);
+  store_fragment<T, D>(dv_acc, 1.f, a.dv + first, j0 + 16 * warp, Sk, lane);
 }
 
 // Grid: (ceil(Sq / Br), B·H) from (batch, head) bh0 on; 32·Warps threads, Br =
-// 16·Warps rows. Layouts as above; dq [B, H, Sq, D] of T.
+// 16·Warps rows. Writes dq.
 template <class T, int D, int Bc, int Warps>
 __global__ void __launch_bounds__(32 * Warps, 1)
-    flash_bwd_tc_dq_kernel(const T* __restrict__ q, const T* __restrict__ k,
-                           const T* __restrict__ v, const T* __restrict__ dout,
-                           const float* __restrict__ lse,
-                           const float* __restrict__ delta, T* __restrict__ dq,
-                           int bh0, int H, int Hkv, int Sq, int Sk, float scale,
-                           MaskParams mask) {
+    flash_bwd_tc_dq_kernel(const BwdTcArgs<T> a, int bh0) {
+  const T *q = a.q, *k = a.k, *v = a.v, *dout = a.dout;
+  const int H = a.H, Hkv = a.Hkv, Sq = a.Sq, Sk = a.Sk;
+  const MaskParams& mask = a.mask;
   constexpr int Br = 16 * Warps, Threads = 32 * Warps;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t *Qs = smem, *dOs = Qs + Br * D, *Ks = dOs + Br * D, *Vs = Ks + Bc * D;
@@ -230,11 +238,11 @@ __global__ void __launch_bounds__(32 * Warps, 1)
     warp_scores<T, D, Bc, BwdFragments>(dp, dOs, Vs, 16 * warp, lane);
     const bool unmasked = tile_unmasked(mask, b, row_lo, row_hi, j0, j0 + Bc, Sq, Sk);
     probs_and_dscores<false>(s, dp, unmasked, mask, b, h, row_lo + 16 * warp, j0, Sq,
-                             Sk, scale, lse + size_t(bh) * Sq, delta + size_t(bh) * Sq,
-                             lane);
+                             Sk, a.scale, a.lse + size_t(bh) * Sq,
+                             a.delta + size_t(bh) * Sq, lane);
     warp_mma_fragment<T, D, Bc>(acc, dp, Ks, lane);   // dQ += dS K
   }
-  store_fragment<T, D>(acc, scale, dq + size_t(bh) * Sq * D, row_lo + 16 * warp, Sq,
+  store_fragment<T, D>(acc, a.scale, a.dq + size_t(bh) * Sq * D, row_lo + 16 * warp, Sq,
                        lane);
 }
 
@@ -256,31 +264,27 @@ static bool tensor_cores_for() {
 // The three kernels for one dtype and head dim, in launches of at most 65535 heads
 // (gridDim.y's limit). Shared memory stays within 48 KB: no opt-in.
 template <class T, int D, int KvBr, int KvWarps, int QBc, int QWarps>
-static TcStatus launch(const T* q, const T* k, const T* v, const T* o, const T* dout,
-                       const float* lse, const float* dlse, float* delta, T* dq, T* dk,
-                       T* dv, int B, int H, int Hkv, int Sq, int Sk, float scale,
-                       const MaskParams& mask, cudaStream_t stream) {
+static TcStatus launch(const BwdTcArgs<T>& a, const T* o, const float* dlse,
+                       float* delta, int B, cudaStream_t stream) {
   constexpr int kv_bytes = bwd_tc_bytes<D, 16 * KvWarps + KvBr>();
   constexpr int q_bytes = bwd_tc_bytes<D, 16 * QWarps + QBc>();
   static_assert(kv_bytes <= 48 * 1024 && q_bytes <= 48 * 1024, "needs an opt-in");
   if (!tensor_cores_for<T>()) return kTcArch;
-  const long long rows = (long long)B * H * Sq, BH = (long long)B * H;
-  const long long BHkv = (long long)B * Hkv;
+  const long long BH = (long long)B * a.H, BHkv = (long long)B * a.Hkv;
+  const long long rows = BH * a.Sq;
   flash_bwd_tc_delta_kernel<T><<<unsigned((rows * kDeltaGroup + 255) / 256), 256, 0,
-                                 stream>>>(o, dout, dlse, delta, rows, D);
+                                 stream>>>(o, a.dout, dlse, delta, rows, D);
+  constexpr int keys = 16 * KvWarps, block_rows = 16 * QWarps;
   for (long long bh0 = 0; bh0 < BHkv; bh0 += 65535) {
-    const int keys = 16 * KvWarps;
-    const dim3 grid((Sk + keys - 1) / keys, unsigned(std::min(BHkv - bh0, 65535ll)));
-    flash_bwd_tc_dkdv_kernel<T, D, KvBr, KvWarps><<<grid, 32 * KvWarps, kv_bytes,
-                                                    stream>>>(
-        q, k, v, dout, lse, delta, dk, dv, int(bh0), H, Hkv, Sq, Sk, scale, mask);
+    const dim3 grid((a.Sk + keys - 1) / keys, unsigned(std::min(BHkv - bh0, 65535ll)));
+    flash_bwd_tc_dkdv_kernel<T, D, KvBr, KvWarps>
+        <<<grid, 32 * KvWarps, kv_bytes, stream>>>(a, int(bh0));
   }
   for (long long bh0 = 0; bh0 < BH; bh0 += 65535) {
-    const int block_rows = 16 * QWarps;
-    const dim3 grid((Sq + block_rows - 1) / block_rows,
+    const dim3 grid((a.Sq + block_rows - 1) / block_rows,
                     unsigned(std::min(BH - bh0, 65535ll)));
-    flash_bwd_tc_dq_kernel<T, D, QBc, QWarps><<<grid, 32 * QWarps, q_bytes, stream>>>(
-        q, k, v, dout, lse, delta, dq, int(bh0), H, Hkv, Sq, Sk, scale, mask);
+    flash_bwd_tc_dq_kernel<T, D, QBc, QWarps>
+        <<<grid, 32 * QWarps, q_bytes, stream>>>(a, int(bh0));
   }
   return kTcLaunched;
 }
@@ -299,10 +303,11 @@ TcStatus flash_bwd_tc(bool bf16, const void* q, const void* k, const void* v,
 #define ATTNBOOK_BWD_TC_CONFIG(T, d, kv_br, q_bc)                                     \
   if (D == d)                                                                         \
     return launch<T, d, kv_br, 4, q_bc, 4>(                                           \
-        static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), \
-        static_cast<const T*>(o), static_cast<const T*>(dout), lse, dlse, delta,      \
-        static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv), B, H, Hkv, Sq, \
-        Sk, scale, mask, stream);
+        BwdTcArgs<T>{static_cast<const T*>(q), static_cast<const T*>(k),              \
+                     static_cast<const T*>(v), static_cast<const T*>(dout), lse,      \
+                     delta, static_cast<T*>(dq), static_cast<T*>(dk),                 \
+                     static_cast<T*>(dv), H, Hkv, Sq, Sk, scale, mask},               \
+        static_cast<const T*>(o), dlse, delta, B, stream);
 #define ATTNBOOK_BWD_TC_HEAD_DIMS(T) \
   ATTNBOOK_BWD_TC_CONFIG(T, 64, 32, 32) ATTNBOOK_BWD_TC_CONFIG(T, 128, 16, 32)
   if (bf16) {
