@@ -29,10 +29,13 @@
 // written once, by one lane, that adds its terms in a fixed order: the result is the
 // same bit for bit on every run, and no two blocks ever touch the same address.
 //
-// Traffic: the dK/dV kernel reads K and V once and Q, dO (with L and D of their rows)
-// once per key block and query head; the dQ kernel reads Q and dO once and K, V once
-// per query block. Loads are 16 bytes per thread into swizzled tiles (conflict-free
-// ldmatrix, chapter 8's step 3), synchronous: no cp.async pipeline yet.
+// Traffic: the dK/dV kernel reads K and V once and Q, dO once per key block and query
+// head; the dQ kernel reads Q and dO once and K, V once per query block. Tiles come in
+// 16-byte loads per thread into swizzled shared memory (conflict-free ldmatrix,
+// chapter 8's step 3), synchronously: no cp.async pipeline yet. L and D of a lane's
+// rows are 4-byte loads from global memory where the lane needs them (L1 serves the
+// repeats; the card's sectors per load request count them), not staged.
+// Writes: dq, dk, dv once each, 4 bytes per lane and row, as T.
 //
 // Masks: a block visits only the tiles its keys (queries) may see (admitted_*_range);
 // inside a tile, a key that is masked, past Sk, or a row past Sq or with no admitted
