@@ -217,3 +217,15 @@ def test_bad_input_is_a_clear_error(device):
         backward(o, q, k.bfloat16(), v, o, lse, *args)
     with pytest.raises(RuntimeError, match="lse must be"):
         backward(o, q, k, v, o, lse[:, :1], *args)
+
+
+def test_opcheck_of_the_forward_with_its_autograd_and_the_backward(device):
+    """Schemas, fakes, the autograd registration and AOT dispatch, by torch.library."""
+    q, k, v = leaves((1, 4, 2, 17, 30, 64), torch.float16, device, seed=11)
+    masks = (None, None, True, 0, 0, 0.125)
+    forward = torch.ops.attnbook.flash_tc_forward
+    torch.library.opcheck(forward.default, (q, k, v, *masks, 5, 64, 64))
+    o, lse = (t.detach() for t in forward(q, k, v, *masks, 5, 64, 64))
+    torch.library.opcheck(torch.ops.attnbook.flash_tc_backward.default,
+                          (upstream(q), *(t.detach() for t in (q, k, v)), o, lse,
+                           None, *masks))
