@@ -33,8 +33,9 @@
 // head; the dQ kernel reads Q and dO once and K, V once per query block. Tiles come in
 // 16-byte loads per thread into swizzled shared memory (conflict-free ldmatrix,
 // chapter 8's step 3), synchronously: no cp.async pipeline yet. L and D of a lane's
-// rows are 4-byte loads from global memory where the lane needs them (L1 serves the
-// repeats; the card's sectors per load request count them), not staged.
+// rows: the dK/dV kernel stages the Q tile's beside it in shared memory (coalesced
+// 4-byte loads); the dQ kernel's lanes load their own two rows' from global memory at
+// each key tile (L1 serves the repeats).
 // Writes: dq, dk, dv once each, 4 bytes per lane and row, as T.
 //
 // Masks: a block visits only the tiles its keys (queries) may see (admitted_*_range);
@@ -78,14 +79,15 @@ __global__ void flash_bwd_tc_delta_kernel(const T* __restrict__ o,
 // A warp's fragments of raw dot products, s = q·k and dp = dO·v, become P and dS in
 // place. KeysAreRows: the fragment's rows are keys row0.. and its columns queries
 // col0.. (the dK/dV kernel); otherwise rows are queries and columns keys (dQ). lse and
-// delta: this (batch, head)'s [Sq]. `unmasked`: the whole tile is admitted.
+// delta: L and D of query rows first.. (this (batch, head)'s, past first); read for
+// rows below Sq only. `unmasked`: the whole tile is admitted.
 template <bool KeysAreRows, int NB>
 __device__ __forceinline__ void probs_and_dscores(float (&s)[NB][4], float (&dp)[NB][4],
                                                   bool unmasked, const MaskParams& mask,
                                                   int b, int h, int row0, int col0,
                                                   int Sq, int Sk, float scale,
                                                   const float* lse, const float* delta,
-                                                  int lane) {
+                                                  int first, int lane) {
 #pragma unroll
   for (int n = 0; n < NB; ++n)
 #pragma unroll
@@ -96,10 +98,10 @@ __device__ __forceinline__ void probs_and_dscores(float (&s)[NB][4], float (&dp)
       float x = s[n][e] * scale;
       if (!unmasked)
         x = i < Sq && j < Sk ? masked_score(mask, x, b, h, i, j, Sq, Sk) : -INFINITY;
-      const float L = i < Sq ? lse[i] : -INFINITY;
+      const float L = i < Sq ? lse[i - first] : -INFINITY;
       const float p = x == -INFINITY || L == -INFINITY ? 0.f : exp2f((x - L) * kLog2e);
       s[n][e] = p;
-      dp[n][e] = p == 0.f ? 0.f : p * (dp[n][e] - delta[i]);
+      dp[n][e] = p == 0.f ? 0.f : p * (dp[n][e] - delta[i - first]);
     }
 }
 
@@ -154,11 +156,12 @@ struct BwdTcArgs {
   MaskParams mask;
 };
 
-// Dynamic shared memory of both kernels: two tiles of `a` rows and two of `b` rows,
-// D 16-bit elements each (dK/dV: K, V [Bc][D] and Q, dO [Br][D]; dQ: the reverse).
-template <int D, int Rows>
+// Dynamic shared memory of both kernels: two tiles of each of two heights, Rows in all,
+// D 16-bit elements a row (dK/dV: K, V [Bc][D] and Q, dO [Br][D]; dQ: the reverse),
+// then L and D of Staged query rows as floats (dK/dV: Br; dQ: none).
+template <int D, int Rows, int Staged>
 constexpr int bwd_tc_bytes() {
-  return 2 * 2 * Rows * D;
+  return 2 * 2 * Rows * D + 2 * 4 * Staged;
 }
 
 // Grid: (ceil(Sk / Bc), B·Hkv) from (batch, kv head) bh0 on; 32·Warps threads, Bc =
@@ -172,6 +175,8 @@ __global__ void __launch_bounds__(32 * Warps, 1)
   constexpr int Bc = 16 * Warps, Threads = 32 * Warps;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t *Ks = smem, *Vs = Ks + Bc * D, *Qs = Vs + Bc * D, *dOs = Qs + Br * D;
+  float* Ls = reinterpret_cast<float*>(dOs + Br * D);   // L and D of the Q tile's rows
+  float* Ds = Ls + Br;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int bkv = bh0 + blockIdx.y, b = bkv / Hkv, hk = bkv % Hkv, group = H / Hkv;
   const int j0 = blockIdx.x * Bc;
@@ -189,6 +194,10 @@ __global__ void __launch_bounds__(32 * Warps, 1)
       load_tile<Br, D, true, Threads, false>(Qs, q + (bh * Sq + i0) * D, D, Sq - i0);
       load_tile<Br, D, true, Threads, false>(dOs, dout + (bh * Sq + i0) * D, D,
                                              Sq - i0);
+      for (int r = threadIdx.x; r < Br && i0 + r < Sq; r += Threads) {   // coalesced
+        Ls[r] = a.lse[bh * Sq + i0 + r];
+        Ds[r] = a.delta[bh * Sq + i0 + r];
+      }
       __syncthreads();   // the tiles (and, the first time, K and V) are complete
 
       float s[Br / 8][4], dp[Br / 8][4];   // Sᵀ and dPᵀ: the warp's keys x Br rows
@@ -197,7 +206,7 @@ __global__ void __launch_bounds__(32 * Warps, 1)
       const int i_hi = min(Sq, i0 + Br) - 1;
       const bool unmasked = tile_unmasked(mask, b, i0, i_hi, j0, j0 + Bc, Sq, Sk);
       probs_and_dscores<true>(s, dp, unmasked, mask, b, h, j0 + 16 * warp, i0, Sq, Sk,
-                              a.scale, a.lse + bh * Sq, a.delta + bh * Sq, lane);
+                              a.scale, Ls, Ds, i0, lane);
       warp_mma_fragment<T, D, Br>(dv_acc, s, dOs, lane);    // dV += Pᵀ dO
       warp_mma_fragment<T, D, Br>(dk_acc, dp, Qs, lane);    // dK += dSᵀ Q
     }
@@ -242,7 +251,7 @@ __global__ void __launch_bounds__(32 * Warps, 1)
     const bool unmasked = tile_unmasked(mask, b, row_lo, row_hi, j0, j0 + Bc, Sq, Sk);
     probs_and_dscores<false>(s, dp, unmasked, mask, b, h, row_lo + 16 * warp, j0, Sq,
                              Sk, a.scale, a.lse + size_t(bh) * Sq,
-                             a.delta + size_t(bh) * Sq, lane);
+                             a.delta + size_t(bh) * Sq, 0, lane);
     warp_mma_fragment<T, D, Bc>(acc, dp, Ks, lane);   // dQ += dS K
   }
   store_fragment<T, D>(acc, a.scale, a.dq + size_t(bh) * Sq * D, row_lo + 16 * warp, Sq,
@@ -269,8 +278,8 @@ static bool tensor_cores_for() {
 template <class T, int D, int KvBr, int KvWarps, int QBc, int QWarps>
 static TcStatus launch(const BwdTcArgs<T>& a, const T* o, const float* dlse,
                        float* delta, int B, cudaStream_t stream) {
-  constexpr int kv_bytes = bwd_tc_bytes<D, 16 * KvWarps + KvBr>();
-  constexpr int q_bytes = bwd_tc_bytes<D, 16 * QWarps + QBc>();
+  constexpr int kv_bytes = bwd_tc_bytes<D, 16 * KvWarps + KvBr, KvBr>();
+  constexpr int q_bytes = bwd_tc_bytes<D, 16 * QWarps + QBc, 0>();
   static_assert(kv_bytes <= 48 * 1024 && q_bytes <= 48 * 1024, "needs an opt-in");
   if (!tensor_cores_for<T>()) return kTcArch;
   const long long BH = (long long)B * a.H, BHkv = (long long)B * a.Hkv;
@@ -294,9 +303,10 @@ static TcStatus launch(const BwdTcArgs<T>& a, const T* o, const float* dlse,
 
 // Per D: dK/dV blocks of 64 keys (4 warps) over query tiles of 32 rows (D = 64) or 16
 // (D = 128); dQ blocks of 64 rows (4 warps) over key tiles of 32. Shared memory: 24 KB
-// (both kernels) at D = 64; 40 KB (dK/dV) and 48 KB (dQ) at D = 128. Smaller tiles
+// (both kernels) at D = 64, 40 KB (dK/dV) and 48 KB (dQ) at D = 128, plus L and D of
+// the Q tile in the dK/dV kernel (256 or 128 bytes). Smaller tiles
 // keep a thread's fragments (dK and dV: D/2 floats each; Sᵀ and dPᵀ: Br/4 each) in
-// registers: with __launch_bounds__(128, 1) ptxas takes what it needs (at most 242 at
+// registers: with __launch_bounds__(128, 1) ptxas takes what it needs (at most 234 at
 // D = 128, sm_75) and spills nothing; without the 1, it squeezed to 168 and spilled.
 TcStatus flash_bwd_tc(bool bf16, const void* q, const void* k, const void* v,
                       const void* o, const void* dout, const float* lse,
