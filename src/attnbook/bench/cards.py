@@ -29,6 +29,7 @@ import torch
 
 from ..ops.attention import three_kernels
 from ..ops.backward import flash_backward
+from ..ops.backward_tc import flash_tc_backward
 from ..ops.decode import attention_with_kvcache
 from ..ops.flash import flash_attention_fp32
 from ..ops.flash_tc import flash_attention_tc
@@ -327,32 +328,45 @@ def _append_run():
                                                               dtype=torch.int32))
 
 
-def _forward_for_backward(d):
-    q, k, v = _attention(d=d)
-    o, lse = flash_attention_fp32(q, k, v, return_lse=True)
+def _forward_for_backward(d, dtype=torch.float32):
+    q, k, v = _attention(dtype, d)
+    forward = flash_attention_fp32 if dtype == torch.float32 else flash_attention_tc
+    o, lse = forward(q, k, v, return_lse=True)
     return q, k, v, o, lse
 
 
 def _backward_run(step, q, k, v, o, lse):
-    flash_backward(torch.ones_like(o), q, k, v, o, lse, None, None, None, False, 0, 0,
-                   q.shape[-1] ** -0.5, step)
+    masks = (None, None, None, False, 0, 0, q.shape[-1] ** -0.5)
+    if step == "tc":
+        flash_tc_backward(torch.ones_like(o), q, k, v, o, lse, *masks)
+    else:
+        flash_backward(torch.ones_like(o), q, k, v, o, lse, *masks, step)
 
 
 def _backward_spec(step, d):
-    """Chapter 11's backward, step ``step`` at head dim ``d``. FLOPs: 2.5 times the
-    forward's (FlashAttention's convention); bytes: read q, k, v, o, dO and the lse,
-    write dq, dk, dv."""
-    kernels = {1: (f"flash_bwd_dkdv_kernel<{d}, {16 if d == 64 else 8}, 32>",
+    """Chapter 11's backward, step ``step`` at head dim ``d`` (step "tc": the
+    tensor-core backward, fp16). FLOPs: 2.5 times the forward's (FlashAttention's
+    convention); bytes: read q, k, v, o, dO and the lse, write dq, dk, dv."""
+    tc = step == "tc"
+    rows = 32 if d == 64 else 16   # the dK/dV kernel's query tile
+    kernels = {1: ("", f"flash_bwd_dkdv_kernel<{d}, {16 if d == 64 else 8}, 32>",
                    f"flash_bwd_dq_kernel<{d}, 64, 32>"),
-               2: (f"flash_bwd_dkdv_lanes_kernel<{d}>",
-                   f"flash_bwd_dq_lanes_kernel<{d}>")}
-    return Spec(f"flash fp32 backward step {step}{'' if d == D else f' D={d}'}", "11",
-                _SHAPE.replace(f"D={D}", f"D={d}"), "flash_bwd_fp32.cu",
+               2: ("", f"flash_bwd_dkdv_lanes_kernel<{d}>",
+                   f"flash_bwd_dq_lanes_kernel<{d}>"),
+               "tc": ("flash_bwd_tc_delta_kernel<__half>",
+                      f"flash_bwd_tc_dkdv_kernel<__half, {d}, {rows}, 4>",
+                      f"flash_bwd_tc_dq_kernel<__half, {d}, 32, 4>")}
+    name = "flash tc backward" if tc else f"flash fp32 backward step {step}"
+    shape = _SHAPE.replace(f"D={D}", f"D={d}") + (" fp16" if tc else "")
+    return Spec(f"{name}{'' if d == D else f' D={d}'}", "11", shape,
+                "flash_bwd_tc.cu" if tc else "flash_bwd_fp32.cu",
                 lambda *fwd: _backward_run(step, *fwd),
                 flops=2.5 * attention_flops(B, H, S, S, d),
-                min_bytes=2 * attention_bytes(B, H, S, S, d) + 4.0 * B * H * S,
-                prepare=lambda: _forward_for_backward(d),
-                kernels=("", *kernels[step]))
+                min_bytes=(2 * attention_bytes(B, H, S, S, d, itemsize=2 if tc else 4)
+                           + 4.0 * B * H * S),
+                prepare=lambda: _forward_for_backward(
+                    d, torch.float16 if tc else torch.float32),
+                kernels=kernels[step], tensor_cores=tc)
 
 
 _TC_KERNELS = {
@@ -407,7 +421,7 @@ SPECS = [
            min_bytes=2.0 * 2 * 2 * 128 * (512 + 301) + 2 * 2 * 8 * 128 * 2,
            kernels=("decode_kernel<__half, 128>",))
       for paged in (False, True)),
-    *(_backward_spec(step, d) for step in (1, 2) for d in (D, 128)),
+    *(_backward_spec(step, d) for step in (1, 2, "tc") for d in (D, 128)),
 ]
 
 

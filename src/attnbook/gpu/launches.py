@@ -48,9 +48,10 @@ def _decode(device, paged):
                                       block_table=table)
 
 
-def _backward(device, step):
-    q, k, v = (t.requires_grad_() for t in _qkv(device, 1, 2, 19, 23, 32))
-    ops.flash_attention_fp32(q, k, v, causal=True, step=step).sum().backward()
+def _backward(device, forward, d=32, dtype=torch.float32):
+    """dq, dk and dv, flattened, of forward(q, k, v).sum()."""
+    q, k, v = (t.requires_grad_() for t in _qkv(device, 1, 2, 19, 23, d, dtype))
+    forward(q, k, v).float().sum().backward()
     return torch.cat([t.grad.flatten() for t in (q, k, v)])
 
 
@@ -78,7 +79,12 @@ LAUNCHES = {
        for s in ops.GEMM_STEPS},
     "decode, split-K": lambda dev: _decode(dev, False),
     "decode, paged": lambda dev: _decode(dev, True),
-    **{f"backward step {s}": (lambda dev, s=s: _backward(dev, s)) for s in (1, 2)},
+    **{f"backward step {s}": (lambda dev, s=s: _backward(
+        dev, lambda q, k, v: ops.flash_attention_fp32(q, k, v, causal=True, step=s)))
+       for s in (1, 2)},
+    **{f"tensor cores backward {n}": (lambda dev, d=d, t=t: _backward(
+        dev, lambda q, k, v: ops.attention(q, k, v, is_causal=True), d, t))
+       for n, d, t in (("fp16", 64, torch.float16), ("bf16", 128, torch.bfloat16))},
 }
 
 

@@ -11,20 +11,11 @@ std::vector<at::Tensor> backward(at::Tensor dout, at::Tensor q, at::Tensor k,
                                  at::Tensor dlse, at::Tensor bias, at::Tensor lengths,
                                  bool causal, int64_t stride, int64_t window,
                                  double scale, int64_t step) {
-  const char* names[] = {"dout", "q", "k", "v", "o", "lse"};
-  const at::Tensor* tensors[] = {&dout, &q, &k, &v, &o, &lse};
-  for (int i = 0; i < 6; ++i) attnbook::check_tensor(*tensors[i], names[i], at::kFloat);
+  const char* names[] = {"dout", "q", "k", "v", "o"};
+  const at::Tensor* tensors[] = {&dout, &q, &k, &v, &o};
+  for (int i = 0; i < 5; ++i) attnbook::check_tensor(*tensors[i], names[i], at::kFloat);
   const auto [B, H, Hkv, Sq, Sk, D] = attention_shape(q, k, v);
-  TORCH_CHECK(o.sizes() == q.sizes() && dout.sizes() == q.sizes(),
-              "o and dout must have q's shape");
-  TORCH_CHECK(lse.dim() == 3 && lse.size(0) == B && lse.size(1) == H
-                  && lse.size(2) == Sq,
-              "lse must be [B, H, Sq]");
-  const bool has_dlse = dlse.numel() > 0;
-  if (has_dlse) {
-    attnbook::check_tensor(dlse, "dlse", at::kFloat);
-    TORCH_CHECK(dlse.sizes() == lse.sizes(), "dlse must have lse's shape");
-  }
+  const bool has_dlse = check_backward_args(q, o, dout, lse, dlse);
   TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX,
               "B·H, Sq and Sk must be below 2^31");
   if (step == 2)   // 16-byte loads and stores

@@ -49,6 +49,22 @@ inline AttentionShape attention_shape(const at::Tensor& q, const at::Tensor& k,
   return {q.size(0), H, Hkv, q.size(2), k.size(2), q.size(3)};
 }
 
+// What a backward pass takes besides q, k, v: o and dout of q's shape, the float
+// log-sum-exp lse [B, H, Sq] and its gradient dlse (empty: none). Returns whether dlse
+// is given.
+inline bool check_backward_args(const at::Tensor& q, const at::Tensor& o,
+                                const at::Tensor& dout, const at::Tensor& lse,
+                                const at::Tensor& dlse) {
+  attnbook::check_tensor(lse, "lse", at::kFloat);
+  TORCH_CHECK(o.sizes() == q.sizes() && dout.sizes() == q.sizes(),
+              "o and dout must have q's shape");
+  TORCH_CHECK(lse.sizes() == q.sizes().slice(0, 3), "lse must be [B, H, Sq]");
+  if (dlse.numel() == 0) return false;
+  attnbook::check_tensor(dlse, "dlse", at::kFloat);
+  TORCH_CHECK(dlse.sizes() == lse.sizes(), "dlse must have lse's shape");
+  return true;
+}
+
 // bias: additive mask viewed as [B, H, Sq, Sk] with broadcast strides (numel 0: none);
 // lengths: int32 [B] key lengths (numel 0: none). stride and window: 0 (off) or
 // positive, already reduced to 32 bits by the Python checks; checked again here.

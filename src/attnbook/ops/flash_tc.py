@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..args.attention import HALF_PRECISION, attention_args
-from .flash import aligned_rows
+from .flash import aligned_rows, check_no_mask_grad
 from .registry import extension
 
 __all__ = ["flash_attention_tc", "flash_tc_forward", "tc_forward", "TC_STEPS",
@@ -95,6 +95,7 @@ def tc_forward(a, step: int = 5, tiles=None):
     dp = min(x for x in TC_HEAD_DIMS if x >= d)
     tiles = _tiles(step, dp, tiles)
     _check_device(a.q.dtype, a.q.device, step, dp, tiles)
+    check_no_mask_grad(a)
     qkv = ((a.q, a.k, a.v) if dp == d
            else (F.pad(t, (0, dp - d)) for t in (a.q, a.k, a.v)))
     o, lse = flash_tc_forward(*qkv, a.bias, a.key_lengths, a.causal, a.stride, a.window,
@@ -111,7 +112,8 @@ def flash_attention_tc(q, k, v, attn_mask=None, is_causal=False, scale=None, *,
     are zero-padded to the next of them). ``step``: the chapter's kernel, 1–5
     (:data:`TC_STEPS`); ``tiles`` = (Br, Bc): :data:`TC_TILES` by default, or for step 5
     one of :data:`TC_SWEEP`. Returns o in q's dtype (and the float32 log-sum-exp if
-    ``return_lse``)."""
+    ``return_lse``), differentiable in q, k and v through the tensor-core backward
+    (:mod:`attnbook.ops.backward_tc`), whichever step ran."""
     a = attention_args(q, k, v, attn_mask, 0.0, is_causal, scale, stride=stride,
                        window=window, key_lengths=key_lengths, dtypes=HALF_PRECISION)
     o, lse = tc_forward(a, step, tiles)

@@ -59,6 +59,8 @@ EXTENSIONS = (
               "decode_attention"),
     Extension("flash_bwd_fp32", "flash_bwd_fp32.cu", "flash_bwd_fp32_wrapper.cpp",
               ("backward",), "11", "flash_backward"),
+    Extension("flash_bwd_tc", "flash_bwd_tc.cu", "flash_bwd_tc_wrapper.cpp",
+              ("backward",), "11", "flash_tc_backward"),
 )
 _BY_NAME = {e.name: e for e in EXTENSIONS}
 
