@@ -371,3 +371,20 @@ def test_a_thousand_launches_of_each_op_leave_memory_flat():
         for _ in range(1000):
             launch("cpu")
     assert resident_mib() - before < 16
+
+
+@pytest.mark.gpu
+def test_a_thousand_launches_of_each_op_leave_gpu_memory_flat():
+    """The GPU half: the caching allocator's live bytes, not its pools, after a thousand
+    launches of each package launch on the GPU."""
+    from attnbook.gpu.launches import LAUNCHES
+    for launch in LAUNCHES.values():
+        for _ in range(20):
+            launch("cuda")
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for launch in LAUNCHES.values():
+        for _ in range(1000):
+            launch("cuda")
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() - before < 1 << 20
