@@ -31,3 +31,12 @@ def test_static_figures_and_widgets_build():
     assert len(stepper.children) == 2 and stepper.children[0].value == 2
     assert len(ab.widgets.mask_explorer().children) == 2
     matplotlib.pyplot.close("all")
+
+
+def test_mask_figures_keep_three_panels_to_a_row():
+    # six panels in one row were 18 inches wide: 1.3 cm each at the book's page width
+    fig = ab.plots.mask_gallery()
+    width, height = fig.get_size_inches()
+    assert width <= 9 and len([ax for ax in fig.axes if ax.get_images()]) == 6
+    assert height > width / 2   # two rows
+    matplotlib.pyplot.close("all")

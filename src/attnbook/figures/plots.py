@@ -6,7 +6,7 @@ import torch
 
 from ..reference import masks
 
-__all__ = ["draw_mask", "mask_gallery", "plot_metric", "plot_times", "plot_pct_peak",
+__all__ = ["draw_mask", "mask_panels", "mask_gallery", "plot_metric", "plot_times", "plot_pct_peak",
            "plot_memory", "plot_speedups", "plot_sweep", "plot_losses"]
 
 # (title, Sq, Sk, rules) of each panel of the gallery of mask kinds.
@@ -31,13 +31,23 @@ def draw_mask(ax, allowed: torch.Tensor, title: str = "") -> None:
     ax.set_title(title, fontsize=10)
 
 
-def mask_gallery():
-    """One figure with every kind of mask the book builds kernels for."""
-    fig, axes = plt.subplots(1, len(GALLERY), figsize=(3 * len(GALLERY), 3.4))
-    for ax, (title, sq, sk, rules) in zip(axes, GALLERY):
+def mask_panels(configs, columns: int = 3):
+    """A figure of masks, ``columns`` to a row (legible at the book's page width): one
+    panel per (title, Sq, Sk, rules of :func:`attnbook.masks.allowed`)."""
+    rows = -(-len(configs) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 3.6 * rows),
+                             squeeze=False)
+    for ax in axes.flat[len(configs):]:
+        ax.axis("off")
+    for ax, (title, sq, sk, rules) in zip(axes.flat, configs):
         draw_mask(ax, masks.allowed(sq, sk, **rules)[0, 0], title)
     fig.tight_layout()
     return fig
+
+
+def mask_gallery():
+    """One figure with every kind of mask the book builds kernels for."""
+    return mask_panels(GALLERY)
 
 
 # --- benchmark figures (rows as written by attnbook.bench) ----------------------------

@@ -82,12 +82,8 @@ def online_softmax_stepper(x, start=None):
 
 def mask_explorer_figure(configs):
     """Static panels of :func:`attnbook.masks.allowed` for each (title, Sq, Sk,
-    rules)."""
-    fig, axes = plt.subplots(1, len(configs), figsize=(3.2 * len(configs), 3.4))
-    for ax, (title, sq, sk, rules) in zip(axes, configs):
-        plots.draw_mask(ax, masks.allowed(sq, sk, **rules)[0, 0], title)
-    fig.tight_layout()
-    return fig
+    rules): the explorer's settings where widgets do not run (the rendered book)."""
+    return plots.mask_panels(configs)
 
 
 def mask_explorer(sq=16, sk=16):
