@@ -257,6 +257,12 @@ inline float min(float a, float b) { return fminf(a, b); }
 inline float max(float a, float b) { return fmaxf(a, b); }
 inline double min(double a, double b) { return fmin(a, b); }
 inline double max(double a, double b) { return fmax(a, b); }
+// CUDA's math API declares these in the global namespace, for device and host code;
+// <cmath> leaves them in std only.
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+using std::signbit;
 
 template <class To, class From> inline To attnbook_bits(From f) {
   To t;
