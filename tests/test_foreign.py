@@ -208,6 +208,23 @@ def test_cuda_pipeline_of_a_thread_and_of_a_block():
         ext.shared_tiles_of(tiles, torch.zeros(96))
 
 
+def test_a_grid_constant_parameter():
+    src = ("struct Args { const float* x; float* y; int n; };\n"
+           "__global__ void copy(const __grid_constant__ Args args) {\n"
+           "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "  if (i < args.n) args.y[i] = args.x[i];\n}\n"
+           "void launch_copy(const float* x, float* y, int n) {\n"
+           "  copy<<<(n + 63) / 64, 64>>>(Args{x, y, n});\n}\n")
+    wrapper = ("void launch_copy(const float*, float*, int);\n"
+               "void copy_of(at::Tensor x, at::Tensor y) {\n"
+               "  launch_copy(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());\n}\n")
+    ext = ab.compile("foreign_grid_constant", src, wrapper, ["copy_of"],
+                     backend="emulator")
+    x, y = torch.arange(100.), torch.zeros(100)
+    ext.copy_of(x, y)
+    assert torch.equal(x, y)
+
+
 def test_a_wrapper_allocates_with_at_empty_and_at_zeros():
     src = ("__global__ void twice(const float* x, float* y, int n) {\n"
            "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"

@@ -26,6 +26,7 @@
 #define __noinline__ __attribute__((noinline))
 #define __constant__
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __align__(n) __attribute__((aligned(n)))
 // One instance per kernel and worker, shared by the fibers of the worker's block.
 #define __shared__ static thread_local
