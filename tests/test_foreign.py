@@ -217,7 +217,8 @@ def test_a_grid_constant_parameter():
            "  copy<<<(n + 63) / 64, 64>>>(Args{x, y, n});\n}\n")
     wrapper = ("void launch_copy(const float*, float*, int);\n"
                "void copy_of(at::Tensor x, at::Tensor y) {\n"
-               "  launch_copy(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());\n}\n")
+               "  launch_copy(x.data_ptr<float>(), y.data_ptr<float>(),\n"
+               "              int(x.numel()));\n}\n")
     ext = ab.compile("foreign_grid_constant", src, wrapper, ["copy_of"],
                      backend="emulator")
     x, y = torch.arange(100.), torch.zeros(100)
