@@ -18,7 +18,8 @@ from attnbook.toolchain import KERNEL_DIR, find_nvcc
 
 HERE = pathlib.Path(__file__).parent / "cuda"
 KERNEL_FILES = sorted(KERNEL_DIR.glob("*.cu")) + [
-    HERE / name for name in ("selftest.cu", "libraries.cu", "ptx_probe.cu")]
+    HERE / name for name in ("selftest.cu", "libraries.cu", "ptx_probe.cu",
+                             "pipeline.cu")]
 ARCHS = ["sm_75", "sm_80", "sm_90"]
 
 

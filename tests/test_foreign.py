@@ -175,6 +175,57 @@ def test_libcu_and_cublas_headers_as_kernels_online_use_them():
     assert [ext.library_type(i) for i in range(4)] == [0, 68, 36, 0]
 
 
+PIPELINE_WRAPPER = r"""
+void launch_own_pieces(const float*, float*, int, int, int);
+void launch_shared_tiles(const float*, float*, int, int);
+void own_pieces_of(at::Tensor x, at::Tensor out) {        // x: [blocks, tiles, n, 4]
+  launch_own_pieces(x.data_ptr<float>(), out.data_ptr<float>(), int(x.size(0)),
+                    int(x.size(2)), int(x.size(1)));
+}
+void shared_tiles_of(at::Tensor x, at::Tensor out) {      // x: [tiles, n]
+  launch_shared_tiles(x.data_ptr<float>(), out.data_ptr<float>(), int(x.size(1)),
+                      int(x.size(0)));
+}
+"""
+
+
+def test_cuda_pipeline_of_a_thread_and_of_a_block():
+    ext = ab.compile("pipelines", (HERE / "pipeline.cu").read_text(), PIPELINE_WRAPPER,
+                     ["own_pieces_of", "shared_tiles_of"], backend="emulator")
+    g = torch.Generator().manual_seed(7)
+    own = torch.randn(3, 5, 64, 4, generator=g)
+    tiles = torch.randn(7, 96, generator=g)
+    for order in ["forward", "reverse", "shuffle"]:
+        with ab.thread_order(order, seed=3):
+            out = torch.zeros(3, 64)
+            ext.own_pieces_of(own, out)
+            torch.testing.assert_close(out, own.sum((1, 3)))
+            out = torch.zeros(96)
+            ext.shared_tiles_of(tiles, out)
+            torch.testing.assert_close(out, tiles.sum(0).flip(0))
+    with ab.sanitize():
+        ext.own_pieces_of(own, torch.zeros(3, 64))
+        ext.shared_tiles_of(tiles, torch.zeros(96))
+
+
+def test_a_grid_constant_parameter():
+    src = ("struct Args { const float* x; float* y; int n; };\n"
+           "__global__ void copy(const __grid_constant__ Args args) {\n"
+           "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "  if (i < args.n) args.y[i] = args.x[i];\n}\n"
+           "void launch_copy(const float* x, float* y, int n) {\n"
+           "  copy<<<(n + 63) / 64, 64>>>(Args{x, y, n});\n}\n")
+    wrapper = ("void launch_copy(const float*, float*, int);\n"
+               "void copy_of(at::Tensor x, at::Tensor y) {\n"
+               "  launch_copy(x.data_ptr<float>(), y.data_ptr<float>(),\n"
+               "              int(x.numel()));\n}\n")
+    ext = ab.compile("foreign_grid_constant", src, wrapper, ["copy_of"],
+                     backend="emulator")
+    x, y = torch.arange(100.), torch.zeros(100)
+    ext.copy_of(x, y)
+    assert torch.equal(x, y)
+
+
 def test_a_wrapper_allocates_with_at_empty_and_at_zeros():
     src = ("__global__ void twice(const float* x, float* y, int n) {\n"
            "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
@@ -273,6 +324,18 @@ def test_load_extension_checks_its_input():
         ab.load_extension("__global__ void k() {}", backend="emulator")
     with pytest.raises(TypeError, match="one extension file"):
         ab.load_extension(TWO_FILES[1], sources=TWO_FILES, backend="emulator")
+
+
+def test_a_cpp_file_may_include_a_cuda_header_first():
+    # binding.cpp includes <cuda_bf16.h> before torch and declares halve.cu's launcher
+    # with nv_bfloat16; both files define the emulator's fiber switch, linked once.
+    folder = HERE / "bf16_first"
+    mod = ab.load_extension(name="bf16_first", backend="emulator",
+                            sources=[folder / "binding.cpp", folder / "halve.cu"])
+    x = torch.randn(300, generator=torch.Generator().manual_seed(6)).bfloat16()
+    assert torch.equal(mod.halve(x), x / 2)
+    with ab.sanitize():
+        assert torch.equal(mod.halve(x), x / 2)
 
 
 # ---- build errors --------------------------------------------------------------------

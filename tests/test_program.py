@@ -65,3 +65,25 @@ def test_build_errors_name_the_line():
     done = run(str(SOURCE), "sum")   # no -I: launch.cuh is not found
     assert done.returncode == 1
     assert "launch.cuh" in done.stderr and "compiling sums.cu failed" in done.stderr
+
+
+def test_math_classification_functions_are_global_as_with_nvcc(tmp_path):
+    # isfinite/isinf/isnan/signbit unqualified, in a kernel and in the host's check of
+    # its results (as llm.c's dev/cuda/common.h has it)
+    (tmp_path / "classify.cu").write_text(
+        "#include <cmath>\n#include <cstdio>\n"
+        "__global__ void classify(const float* x, int* out) {\n"
+        "  float v = x[threadIdx.x];\n"
+        "  out[threadIdx.x] = isfinite(v) + 2 * isinf(v) + 4 * isnan(v)"
+        " + 8 * signbit(v);\n}\n"
+        "int main() {\n"
+        "  float h[4] = {1.f, -INFINITY, NAN, -2.f}, *x;\n  int c[4], *out;\n"
+        "  cudaMalloc(&x, sizeof h);\n  cudaMalloc(&out, sizeof c);\n"
+        "  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice);\n"
+        "  classify<<<1, 4>>>(x, out);\n"
+        "  cudaMemcpy(c, out, sizeof c, cudaMemcpyDeviceToHost);\n"
+        "  for (int i = 0; i < 4; ++i) printf(\"%d %d\\n\", c[i], isfinite(h[i]));\n"
+        "}\n")
+    done = run(str(tmp_path / "classify.cu"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "1 1\n10 0\n4 0\n9 1\n"

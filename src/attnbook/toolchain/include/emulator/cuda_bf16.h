@@ -1,2 +1,4 @@
-// The emulator already provides what this CUDA header declares (see cuda_emulator.h).
+// CUDA's cuda_bf16.h on the emulator: cuda_emulator.h, which a .cu file
+// gets first, and a .cpp file that includes this header first gets here.
 #pragma once
+#include "cuda_emulator.h"

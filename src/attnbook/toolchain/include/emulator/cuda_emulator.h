@@ -26,6 +26,7 @@
 #define __noinline__ __attribute__((noinline))
 #define __constant__
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __align__(n) __attribute__((aligned(n)))
 // One instance per kernel and worker, shared by the fibers of the worker's block.
 #define __shared__ static thread_local
@@ -257,6 +258,12 @@ inline float min(float a, float b) { return fminf(a, b); }
 inline float max(float a, float b) { return fmaxf(a, b); }
 inline double min(double a, double b) { return fmin(a, b); }
 inline double max(double a, double b) { return fmax(a, b); }
+// CUDA's math API declares these in the global namespace, for device and host code;
+// <cmath> leaves them in std only.
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+using std::signbit;
 
 template <class To, class From> inline To attnbook_bits(From f) {
   To t;

@@ -92,8 +92,10 @@ struct KernelError : std::runtime_error { using std::runtime_error::runtime_erro
 extern "C" void attnbook_emu_switch(void** save, void* next);
 extern "C" void attnbook_emu_call_on(void** save, char* top, void (*fn)(void*),
                                      void* arg);
+// Each in a COMDAT group: an extension's translation units each define them, the
+// linker keeps one.
 asm(R"(
-.text
+.pushsection .text.attnbook_emu_switch,"axG",@progbits,attnbook_emu_switch,comdat
 .p2align 4
 .globl attnbook_emu_switch
 .hidden attnbook_emu_switch
@@ -120,6 +122,8 @@ attnbook_emu_switch:
 1:  popq %rcx
     jmpq *%rcx
 .size attnbook_emu_switch, .-attnbook_emu_switch
+.popsection
+.pushsection .text.attnbook_emu_call_on,"axG",@progbits,attnbook_emu_call_on,comdat
 .p2align 4
 .globl attnbook_emu_call_on
 .hidden attnbook_emu_call_on
@@ -137,6 +141,7 @@ attnbook_emu_call_on:
     callq *%rdx
     ud2
 .size attnbook_emu_call_on, .-attnbook_emu_call_on
+.popsection
 )");
 
 struct Context {

@@ -3,7 +3,8 @@
 
 // ---- what GCC's -fsanitize=thread calls --------------------------------------------
 // Types as GCC declares these built-ins (unsigned char/short/int/long values, void*).
-#define ATTNBOOK_TSAN extern "C" ATTNBOOK_UNCHECKED
+// Inline and `used`: each file of an extension defines them, the linker keeps one.
+#define ATTNBOOK_TSAN extern "C" inline __attribute__((used)) ATTNBOOK_UNCHECKED
 #define ATTNBOOK_TSAN_ACCESS(N)                                                        \
   ATTNBOOK_TSAN void __tsan_read##N(void* p) {                                         \
     ::attnbook_emu::access(p, N, false, __builtin_return_address(0));                  \
