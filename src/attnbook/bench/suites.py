@@ -263,13 +263,36 @@ def chapter09():
     return rows
 
 
+def _backward_rows(outs, backends, q, k, v, do, case, work):
+    """Rows timing one backward pass (``do`` into q, k, v) of each output in ``outs``
+    (name: the output of a forward whose graph is kept) and of SDPA's ``backends``
+    (names of SDPBackend members, lower case) on the same inputs; a backend that
+    refuses the case is a row with its error."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    rows, outs = [], dict(outs)
+    for backend in backends:
+        try:
+            member = ("MATH" if backend == "math"
+                      else f"{backend.upper()}_ATTENTION")
+            with sdpa_kernel(getattr(SDPBackend, member)):
+                outs[f"sdpa {backend}"] = F.scaled_dot_product_attention(
+                    q, k, v, is_causal=case["causal"])
+        except RuntimeError as e:
+            rows.append(dict(case, impl=f"sdpa {backend}", ms=None,
+                             error=str(e).splitlines()[0]))
+    for name, o in outs.items():
+        rows.append(bench.measure(
+            name, lambda o=o: torch.autograd.grad(o, (q, k, v), do, retain_graph=True),
+            case, **work))
+    return rows
+
+
 def chapter11():
     """One backward pass (the forward excluded: its graph is kept and reused) of the
     book's fp32 kernels (step 2, ab.attention's, and step 1) against SDPA's backends in
     fp32, B=4, H=8, D=64, S = 512 … 4096, causal and not, with the peak memory it
     allocates. FLOPs: 2.5 × the forward's (five matrix products instead of two)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    import torch.nn.functional as F
     peaks, rows = bench.device_peaks(), []
     for causal, S in itertools.product((False, True), (512, 1024, 2048, 4096)):
         q, k, v = (t.requires_grad_() for t in _qkv(S))
@@ -280,21 +303,32 @@ def chapter11():
         outs = {"attnbook flash": attention(q, k, v, is_causal=causal),
                 "attnbook flash step 1": flash_attention_fp32(q, k, v, causal=causal,
                                                               step=1)}
-        for name, backend in (("sdpa efficient", SDPBackend.EFFICIENT_ATTENTION),
-                              ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION),
-                              ("sdpa math", SDPBackend.MATH)):
-            try:
-                with sdpa_kernel(backend):
-                    outs[name] = F.scaled_dot_product_attention(q, k, v,
-                                                                is_causal=causal)
-            except RuntimeError as e:
-                rows.append(dict(case, impl=name, ms=None,
-                                 error=str(e).splitlines()[0]))
-        for name, o in outs.items():
-            rows.append(bench.measure(
-                name,
-                lambda o=o: torch.autograd.grad(o, (q, k, v), do, retain_graph=True),
-                case, **work))
+        rows += _backward_rows(outs, ("efficient", "cudnn", "math"), q, k, v, do,
+                               case, work)
+        del q, k, v, do, outs
+        torch.cuda.empty_cache()
+    return rows
+
+
+def chapter11_tc():
+    """One backward pass (the forward excluded) of the book's tensor-core backward
+    (ab.attention in fp16 and bf16) against SDPA's backends in the same dtype, B=4,
+    H=8, D=64, S = 512 … 4096, causal and not, with the peak memory it allocates.
+    FLOPs: 2.5 × the forward's, as chapter 11's fp32 suite counts them."""
+    peaks, rows = bench.device_peaks(), []
+    bf16 = torch.cuda.get_device_capability() >= (8, 0)
+    dtypes = [torch.float16] + ([torch.bfloat16] if bf16 else [])
+    for dt, causal, S in itertools.product(dtypes, (False, True),
+                                           (512, 1024, 2048, 4096)):
+        q, k, v = (t.requires_grad_() for t in _qkv(S, dt))
+        do = torch.randn_like(q)
+        case = dict(S=S, B=B, H=H, D=D, causal=causal, dtype=str(dt)[6:])
+        work = dict(flops=2.5 * bench.attention_flops(B, H, S, S, D, causal),
+                    bytes=bench.attention_bytes(B, H, S, S, D, itemsize=2) * 2,
+                    peaks=peaks, compute="fp16_tflops")
+        outs = {"attnbook tc": attention(q, k, v, is_causal=causal)}
+        rows += _backward_rows(outs, ("flash", "efficient", "cudnn"), q, k, v, do,
+                               case, work)
         del q, k, v, do, outs
         torch.cuda.empty_cache()
     return rows
@@ -302,7 +336,8 @@ def chapter11():
 
 # Chapter 10's suite benchmarks a model: attnbook.models.ALL_SUITES adds it to these.
 SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05,
-          "07": chapter07, "08": chapter08, "09": chapter09, "11": chapter11}
+          "07": chapter07, "08": chapter08, "09": chapter09, "11": chapter11,
+          "11tc": chapter11_tc}
 
 
 def main(chapters, suites):
