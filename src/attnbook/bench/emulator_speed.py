@@ -5,7 +5,10 @@ Prints the cost of the emulator's own machinery (a thread at a ``__syncthreads``
 lane at a warp shuffle, a thread of a kernel without any synchronisation) and the time
 of three whole kernels (a shared-memory tree reduction and a warp-shuffle reduction over
 4096 blocks of 256 threads, and the package's fp32 flash forward at B=1, H=4, S=256,
-D=64), with one worker and with one worker per core. Each figure is the best and the
+D=64), with one worker and with one worker per core; and what a call of a reader's
+module adds by default, its tensors copied between guard pages
+(:mod:`attnbook.toolchain.guard`), per thread of the barrier-free kernel, whose one
+float per thread is copied in and out. Each figure is the best and the
 median of ``repeats`` runs (7 by default), wall-clock: on a machine shared with other
 work, compare the best ones.
 """
@@ -20,7 +23,7 @@ import time
 import torch
 
 from ..ops import attention
-from ..toolchain import emulator
+from ..toolchain import emulator, guard
 from ..toolchain.compile import compile as compile_kernels
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -51,7 +54,8 @@ def measure(repeats: int = 7) -> list[tuple[str, str, int, float, float]]:
     """Rows of (what, unit, workers, best, median)."""
     ext = compile_kernels("emulator_speed", (HERE / "emulator_speed.cu").read_text(),
                           (HERE / "emulator_speed_wrapper.cpp").read_text(),
-                          ["loop", "reduce"], backend="emulator")
+                          ["loop", "reduce"], backend="emulator", guard_memory=False)
+    loop = ext.loop.__wrapped__   # the extension's function, for a guarded call
     x = torch.rand(BLOCKS * THREADS)
     sums = torch.empty(BLOCKS)
     q, k, v = (torch.randn(1, 4, 256, 64) for _ in range(3))
@@ -71,6 +75,11 @@ def measure(repeats: int = 7) -> list[tuple[str, str, int, float, float]]:
                     base = timed(lambda: ext.loop(barrier, 0, out), repeats)
                     best, median = best - base[0], median - base[1]
                 rows.append((what, unit, n, best / count, median / count))
+                if not reps:   # the same launch as a reader's module makes it
+                    guarded = timed(lambda: guard.guarded_call(
+                        loop, ext.__file__, (barrier, 0, out), {}), repeats)
+                    rows.append(("guarded call, barrier-free", unit, n,
+                                 guarded[0] / count, guarded[1] / count))
             for tree in (True, False):
                 best, median = timed(lambda: ext.reduce(tree, x, sums), repeats)
                 what = f"{'tree' if tree else 'shuffle'} reduction {BLOCKS}x{THREADS}"
