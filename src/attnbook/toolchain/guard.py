@@ -18,12 +18,15 @@ are written back into the arguments' storages, and a returned tensor that is a v
 a copy becomes the same view of the argument. Rounding keeps 16-byte alignment, so up to
 15 bytes past an end go unnoticed, as within a GPU allocation's rounding.
 ``ab.sanitize()`` (memcheck) checks every access instead; the package's own, tested,
-ops run without guards (their tensors can be large).
+ops run without guards (their tensors can be large). The allocator is ``guard.cpp``, a
+library of its own built on first use.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
+import pathlib
 import threading
 
 import torch
@@ -32,31 +35,51 @@ __all__ = ["guarded_call"]
 
 _lock = threading.Lock()
 _depth = 0          # calls in progress, on any Python thread
-_installer = None   # the library whose allocator is installed
+SOURCE = pathlib.Path(__file__).with_name("guard.cpp")
+
+
+@functools.lru_cache(maxsize=None)
+def _allocator() -> ctypes.CDLL:
+    """guard.cpp's library, built on first use (a few seconds, once per machine)."""
+    from torch.utils import cpp_extension
+
+    from .compile import build_lock, quiet_build
+    text = SOURCE.read_text()
+    key = hashlib.sha256(f"{text}\0{torch.__version__}".encode()).hexdigest()[:12]
+    name = f"attnbook_guard_{key}"
+    with quiet_build(), build_lock(name, False):
+        path = cpp_extension.load(name=name, sources=[str(SOURCE)],
+                                  extra_cflags=["-O2"], is_python_module=False)
+    return ctypes.CDLL(path)
 
 
 @functools.lru_cache(maxsize=None)
 def _library(path: str):
+    """The extension at ``path``, told where to ask what a faulting address was; None
+    for a build that cannot be told (one without the emulator's runtime)."""
     lib = ctypes.CDLL(path)
-    return lib if hasattr(lib, "attnbook_guard_install") else None
+    if not hasattr(lib, "attnbook_set_describe_address"):
+        return None
+    describe = ctypes.cast(_allocator().attnbook_guard_describe, ctypes.c_void_p)
+    lib.attnbook_set_describe_address.argtypes = [ctypes.c_void_p]
+    lib.attnbook_set_describe_address(describe)
+    return lib
 
 
-def _enter(lib) -> None:
-    global _depth, _installer
+def _enter() -> None:
+    global _depth
     with _lock:
         if _depth == 0:
-            lib.attnbook_guard_install()
-            _installer = lib
+            _allocator().attnbook_guard_install()
         _depth += 1
 
 
 def _leave() -> None:
-    global _depth, _installer
+    global _depth
     with _lock:
         _depth -= 1
         if _depth == 0:
-            _installer.attnbook_guard_restore()
-            _installer = None
+            _allocator().attnbook_guard_restore()
 
 
 def _copy_bytes(dst, src) -> None:
@@ -109,11 +132,10 @@ def guarded_call(fn, path: str, args, kwargs):
     """``fn(*args, **kwargs)`` with the call's tensors guarded (see the module's text);
     a plain call where the library at ``path`` has no guards (a build without
     them)."""
-    lib = _library(path)
-    if lib is None:
+    if _library(path) is None:
         return fn(*args, **kwargs)
     copies = _Copies()
-    _enter(lib)
+    _enter()
     try:
         with torch.no_grad():
             args = copies.swap(tuple(args))

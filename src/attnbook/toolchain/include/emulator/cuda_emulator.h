@@ -684,9 +684,13 @@ inline void ldmatrix(int line, uint32_t* regs, const void* row) {
 #include "emu_more_builtins.h"
 #include "emu_ptx.h"
 #include "emu_host_api.h"
-// A torch extension's plain build: guard pages for a call's tensors (a program has no
-// torch; the checked build checks every access itself).
+// A torch extension's plain build takes the guard pages' description of a faulting
+// address (toolchain/guard.py; a program has no torch tensors, and the checked build
+// checks every access itself).
 #if !defined(ATTNBOOK_PROGRAM) && !defined(ATTNBOOK_CHECKED)
-#include "emu_guard.h"
+extern "C" __attribute__((used, visibility("default"))) inline void
+attnbook_set_describe_address(attnbook_emu::DescribeAddress f) {
+  attnbook_emu::describe_address = f;
+}
 #endif
 #define __CUDA_ARCH__ ATTNBOOK_EMU_ARCH

@@ -996,9 +996,12 @@ inline void install_fault_handlers() {
     sigaction(kFaultSignals[i], &sa, &previous_fault_actions()[i]);
 }
 
-// Where a faulting address lies, where the extension knows more than the runtime
-// (emu_guard.h: before or past a tensor of the call); "" otherwise.
-inline std::string (*describe_address)(uintptr_t) = nullptr;
+// Where a faulting address lies, where another library knows more than the runtime:
+// the guard pages of a call's tensors (toolchain/guard.cpp, which Python hands to each
+// extension it guards) write ", 16 bytes past the end of a 4000-byte tensor" into
+// `out` (a C string of at most `n` bytes), or nothing.
+using DescribeAddress = void (*)(uintptr_t addr, char* out, size_t n);
+inline DescribeAddress describe_address = nullptr;
 
 // What the fault of a block's thread was, for the exception: which thread, what it
 // did, where (@pc(offset in this library), which Python turns into file:line).
@@ -1045,7 +1048,11 @@ inline std::string fault_message(Runtime& r) {
                   f.signo != SIGSEGV ? "access" : f.write ? "write" : "read",
                   (unsigned long long)f.addr, f.signo == SIGBUS ? "SIGBUS" : "SIGSEGV");
     msg += buf;
-    if (describe_address) msg += describe_address(f.addr);
+    if (describe_address) {
+      buf[0] = 0;
+      describe_address(f.addr, buf, sizeof buf);
+      msg += buf;
+    }
   }
   Dl_info info;
   if (own_code(f.pc) && dladdr(reinterpret_cast<void*>(&fault_message), &info)) {

@@ -6,37 +6,36 @@
 // lives). On the CPU it lands in the neighbouring malloc chunk, and the process dies
 // later, far from the kernel. While a call of a reader's module runs in the default
 // (unchecked) mode, Python installs GuardedCpuAllocator as torch's CPU allocator
-// (attnbook_guard_install ... attnbook_guard_restore; see toolchain/guard.py) and
-// copies the call's tensors into memory it allocates. Each allocation is its own
-// mapping:
+// (attnbook_guard_install ... attnbook_guard_restore; see guard.py) and copies the
+// call's tensors into memory it allocates. Each allocation is its own mapping:
 //
 //   [ kBeforeBytes PROT_NONE ][ pages: slack < 16 B | data, n bytes ][ kAfterBytes
 //   PROT_NONE ]
 //
 // so data ends on a page boundary (rounded up to 16 bytes: the alignment of a float4),
 // and an access up to kAfterBytes past the end or kBeforeBytes before the start
-// faults; describe_address then names it "N bytes past the end of a B-byte tensor".
+// faults; attnbook_guard_describe, which each guarded extension's fault message calls,
+// then names it "N bytes past the end of a B-byte tensor".
 // The guards are address space only: they cost no memory. A freed mapping is kept for
 // the next allocation of as many pages (up to kPoolBytes in all), as malloc keeps its
 // memory: a new mapping's every page faults on first touch, a cost that would
 // otherwise recur at each call.
-#pragma once
-
+//
+// A library of its own, built once (guard.py), not a header of every extension: the
+// allocator is one for the process, as torch's CPU allocator is, and a kernel's
+// translation unit stays as small as the kernel (its code, and so its speed on the
+// emulator, does not depend on the guard).
 #include <cstdint>
 #include <cstdio>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <new>
-#include <string>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
-#include "emu_runtime.h"
-
-namespace attnbook_emu {
+namespace {
 
 constexpr size_t kBeforeBytes = size_t(64) << 10;
 constexpr size_t kAfterBytes = size_t(1) << 20;
@@ -69,8 +68,8 @@ struct GuardedCpuAllocator final : c10::Allocator {
     const size_t total = kBeforeBytes + body + kAfterBytes;
     void* base = reused(total);
     if (!base) {
-      base = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                  -1, 0);
+      base = mmap(nullptr, total, PROT_NONE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (base == MAP_FAILED) throw std::bad_alloc();
       if (mprotect(static_cast<char*>(base) + kBeforeBytes, body,
                    PROT_READ | PROT_WRITE) != 0) {
@@ -117,54 +116,48 @@ struct GuardedCpuAllocator final : c10::Allocator {
     munmap(base, bytes);
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
 
-  // ", N bytes past the end of a B-byte tensor" for an address in a guard, "" else.
-  std::string describe(uintptr_t a) {
+  // ", N bytes past the end of a B-byte tensor" for an address in a guard, into
+  // `out`; nothing otherwise.
+  void describe(uintptr_t a, char* out, size_t n) {
     std::lock_guard<std::mutex> lock(m);
     auto it = mappings.upper_bound(a);
-    if (it == mappings.begin()) return "";
+    if (it == mappings.begin()) return;
     --it;
     const GuardedMapping& g = it->second;
-    if (a >= it->first + g.bytes) return "";
-    char buf[160];
+    if (a >= it->first + g.bytes) return;
     if (a >= g.data + g.data_bytes)
-      std::snprintf(buf, sizeof buf, ", %zu bytes past the end of a %zu-byte tensor",
+      std::snprintf(out, n, ", %zu bytes past the end of a %zu-byte tensor",
                     size_t(a - g.data - g.data_bytes), g.data_bytes);
     else if (a < g.data)
-      std::snprintf(buf, sizeof buf,
-                    ", %zu bytes before the start of a %zu-byte tensor",
+      std::snprintf(out, n, ", %zu bytes before the start of a %zu-byte tensor",
                     size_t(g.data - a), g.data_bytes);
-    else
-      return "";
-    return buf;
   }
 };
 
-inline std::string describe_guarded(uintptr_t a) {
-  return GuardedCpuAllocator::instance().describe(a);
-}
+}  // namespace
 
-}  // namespace attnbook_emu
+// Python (guard.py) calls these through ctypes: install makes the guarded allocator
+// torch's CPU allocator, restore puts torch's back; describe is handed to each guarded
+// extension (attnbook_set_describe_address, cuda_emulator.h) for its fault messages.
+#define ATTNBOOK_GUARD_API extern "C" __attribute__((visibility("default")))
 
-// Python (toolchain/guard.py) calls these through ctypes around a call: install makes
-// the guarded allocator torch's CPU allocator, restore puts torch's back.
-extern "C" inline __attribute__((used, visibility("default"))) void
-attnbook_guard_install() {
-  auto& a = ::attnbook_emu::GuardedCpuAllocator::instance();
+ATTNBOOK_GUARD_API void attnbook_guard_install() {
+  auto& a = GuardedCpuAllocator::instance();
   if (c10::GetCPUAllocator() == &a) return;
   a.saved = c10::GetCPUAllocator();
   c10::SetCPUAllocator(&a, 255);
-  ::attnbook_emu::describe_address = &::attnbook_emu::describe_guarded;
 }
 
-extern "C" inline __attribute__((used, visibility("default"))) void
-attnbook_guard_restore() {
-  auto& a = ::attnbook_emu::GuardedCpuAllocator::instance();
+ATTNBOOK_GUARD_API void attnbook_guard_restore() {
+  auto& a = GuardedCpuAllocator::instance();
   if (a.saved) c10::SetCPUAllocator(a.saved, 255);
   a.saved = nullptr;
+}
+
+ATTNBOOK_GUARD_API void attnbook_guard_describe(uintptr_t a, char* out, size_t n) {
+  GuardedCpuAllocator::instance().describe(a, out, n);
 }
