@@ -254,10 +254,41 @@ def test_the_registry_names_every_wrapper_and_what_it_binds():
             assert re.search(rf"\b{fn}\b", ab.kernel_source(e.wrapper)), (e.name, fn)
 
 
+ROOT = pathlib.Path(__file__).parents[1]
+
+
 def test_the_readme_shows_the_registry():
-    from attnbook.ops.registry import markdown_table
-    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    from attnbook.ops.registry import EXTENSIONS, markdown_table
+    readme = (ROOT / "README.md").read_text()
     assert markdown_table() in readme
+    for e in EXTENSIONS:   # and the test file it names exists
+        assert (ROOT / "tests" / e.test).is_file(), e.test
+
+
+def chapter_table() -> str:
+    """Each page of the table of contents with a notebook: its benchmark suites and its
+    graded exercises, from ``attnbook.models.ALL_SUITES`` and the exercise catalog."""
+    from attnbook.exercises.catalog import EXERCISES
+    from attnbook.models import ALL_SUITES
+    rows = ["| chapter | notebook | benchmark suites | exercises |",
+            "| --- | --- | --- | --- |"]
+    for page in re.findall(r"file: (book/\w+)", (ROOT / "_toc.yml").read_text()):
+        notebook = pathlib.Path(page + ".ipynb")
+        if not (ROOT / notebook).is_file():
+            continue
+        number = notebook.stem.split("_")[0]
+        suites = ", ".join(f"`{key}`" for key in ALL_SUITES if key[:2] == number)
+        names = ", ".join(f"`{ex.name}`" for ex in EXERCISES.values()
+                          if ex.chapter == number)
+        rows.append(f"| {number.lstrip('0')} | `{notebook}` | {suites or '–'} | "
+                    f"{names or '–'} |")
+    return "\n".join(rows)
+
+
+def test_the_readme_shows_each_chapter_s_suites_and_exercises():
+    readme = (ROOT / "README.md").read_text()
+    assert chapter_table() in readme, "the README's table should read:\n" + \
+        chapter_table()
 
 
 def test_the_ops_hold_no_cpp():
@@ -346,6 +377,35 @@ def test_cached_extension_loads_in_a_new_process_without_rebuilding(tmp_path):
     # waited for it forever, goes on
     (build / "lock").touch()
     assert run().stdout.endswith("2.0\n")
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_an_emulator_build_reads_the_precompiled_torch_header(checked, tmp_path,
+                                                              monkeypatch):
+    """g++ silently skips a precompiled header made with other options than the
+    build's: the build's own command (torch's flags, then ours) must take it."""
+    import subprocess
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    kernel = "__global__ void k(float* x) { x[threadIdx.x] = 1.f; }\n" \
+             "void launch(float* x) { k<<<1, 4>>>(x); }\n"
+    wrapper = "void launch(float* x);\n" \
+              "void run(at::Tensor x) { launch(x.data_ptr<float>()); }\n"
+    module = ab.compile("pch_probe", kernel, wrapper, ["run"], checked=checked)
+    (build,) = tmp_path.glob(f"pch_probe_{'checked' if checked else 'emulator'}_*")
+    ninja = (build / "build.ninja").read_text()
+    flags = re.search(r"^cflags = (.*)$", ninja, re.M)[1].split()
+    post = re.search(r"^post_cflags = (.*)$", ninja, re.M)[1].split()
+    done = subprocess.run(["c++", *flags, "-H", "-fsyntax-only",
+                           str(build / "main.cpp"), *post],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    used = [ln for ln in done.stderr.splitlines() if ln.startswith("! ")]
+    assert len(used) == 1 and used[0].endswith("/attnbook_torch.h.gch"), \
+        done.stderr[:2000]
+    if not checked:
+        x = torch.zeros(4)
+        module.run(x)
+        assert torch.equal(x, torch.ones(4))
 
 
 def test_cuda_sources_name_only_files_that_exist(monkeypatch, tmp_path):

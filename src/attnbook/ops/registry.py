@@ -25,6 +25,7 @@ class Extension:
     functions: tuple       # the wrapper's functions, as the module's attributes
     chapter: str           # the chapter that teaches the kernel
     op: str                # torch.ops.attnbook.<op> calls it
+    test: str              # tests/<test>: its kernels against the reference
 
     def module(self, device):
         """The loaded extension for ``device`` (a CUDA device builds with nvcc for its
@@ -43,24 +44,25 @@ _modules = {}
 
 EXTENSIONS = (
     Extension("naive_attention", "naive_attention.cu", "naive_attention_wrapper.cpp",
-              ("forward",), "2", "three_kernel_forward"),
+              ("forward",), "2", "three_kernel_forward", "test_attention.py"),
     Extension("softmax", "softmax.cu", "softmax_wrapper.cpp", ("softmax_last_dim",),
-              "3", "softmax"),
-    Extension("gemm", "gemm.cu", "gemm_wrapper.cpp", ("gemm_batched",), "4", "gemm"),
+              "3", "softmax", "test_softmax.py"),
+    Extension("gemm", "gemm.cu", "gemm_wrapper.cpp", ("gemm_batched",), "4", "gemm",
+              "test_gemm.py"),
     Extension("tiled_attention", "tiled_attention.cu", "tiled_attention_wrapper.cpp",
-              ("forward",), "4", "three_kernel_forward"),
+              ("forward",), "4", "three_kernel_forward", "test_attention.py"),
     Extension("flash_fp32", "flash_fp32.cu", "flash_fp32_wrapper.cpp",
-              ("flash_forward",), "7", "flash_forward"),
+              ("flash_forward",), "7", "flash_forward", "test_flash_fp32.py"),
     Extension("flash_tc", "flash_tc.cu", "flash_tc_wrapper.cpp", ("forward",), "8",
-              "flash_tc_forward"),
+              "flash_tc_forward", "test_flash_tc.py"),
     Extension("kv_cache", "kv_cache.cu", "kv_cache_wrapper.cpp", ("append",), "9",
-              "kv_cache_append"),
+              "kv_cache_append", "test_decode.py"),
     Extension("decode", "decode.cu", "decode_wrapper.cpp", ("decode",), "9",
-              "decode_attention"),
+              "decode_attention", "test_decode.py"),
     Extension("flash_bwd_fp32", "flash_bwd_fp32.cu", "flash_bwd_fp32_wrapper.cpp",
-              ("backward",), "11", "flash_backward"),
+              ("backward",), "11", "flash_backward", "test_backward.py"),
     Extension("flash_bwd_tc", "flash_bwd_tc.cu", "flash_bwd_tc_wrapper.cpp",
-              ("backward",), "11", "flash_tc_backward"),
+              ("backward",), "11", "flash_tc_backward", "test_flash_bwd_tc.py"),
 )
 _BY_NAME = {e.name: e for e in EXTENSIONS}
 
@@ -73,8 +75,9 @@ def extension(name: str) -> Extension:
 
 
 def markdown_table() -> str:
-    """The registry as the README's table: chapter, kernel file, wrapper, op."""
-    rows = ["| chapter | kernels | wrapper | op |", "| --- | --- | --- | --- |"]
+    """The registry as the README's table: chapter, kernel file, wrapper, op, test."""
+    rows = ["| chapter | kernels | wrapper | op | test |",
+            "| --- | --- | --- | --- | --- |"]
     rows += [f"| {e.chapter} | `kernels/{e.kernel}` | `kernels/{e.wrapper}` | "
-             f"`torch.ops.attnbook.{e.op}` |" for e in EXTENSIONS]
+             f"`torch.ops.attnbook.{e.op}` | `tests/{e.test}` |" for e in EXTENSIONS]
     return "\n".join(rows)

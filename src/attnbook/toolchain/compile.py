@@ -16,40 +16,20 @@ both back ends.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import logging
 import os
 import pathlib
 import re
+import subprocess
 import sys
+import sysconfig
 import time
-import warnings
 
 import torch
 
 from . import emulator, ptx
-
-
-class _Quiet(logging.Filter):
-    """Drops torch's "No CUDA runtime is found, using CUDA_HOME=..." (logged when a
-    CUDA build of torch, which pip installs by default on Linux, is imported on a
-    machine without a GPU: there the emulator runs the kernels, so it is no news) and,
-    during a build, the extension builder's other warnings (its errors become
-    CompileError)."""
-
-    building = False
-
-    def filter(self, record):
-        if self.building and record.levelno < logging.ERROR:
-            return False
-        return not record.getMessage().startswith("No CUDA runtime is found")
-
-
-_QUIET = _Quiet()
-logging.getLogger("torch.utils.cpp_extension").addFilter(_QUIET)
-from torch.utils import cpp_extension  # noqa: E402  (after the filter, once)
+from .cache import build_directory, build_lock, cpp_extension, quiet_build
 
 __all__ = ["compile", "kernel_source", "CompileError",
            "default_backend", "KERNEL_DIR", "INCLUDE_DIR"]
@@ -68,7 +48,9 @@ BACKENDS = ("cuda", "emulator")
 # writing into another thread's stack. A frame over 512 KiB is an error, as ptxas
 # refuses a thread more local memory than that.
 MAX_LOCAL_BYTES = 512 * 1024
-CPU_FLAGS = ["-O2", "-fno-strict-aliasing", "-fvisibility=hidden", "-g1",
+# -std=c++20 after torch's own -std (c++17 before torch 2.12): one language for the
+# kernels on every torch, and one precompiled header (precompiled_header) per flag set.
+CPU_FLAGS = ["-std=c++20", "-O2", "-fno-strict-aliasing", "-fvisibility=hidden", "-g1",
              "-fstack-clash-protection", f"-Werror=frame-larger-than={MAX_LOCAL_BYTES}",
              "-DATTNBOOK_EMULATOR"]
 # The checked build (attnbook.sanitize, attnbook.profile): GCC calls __tsan_read4(addr)
@@ -223,11 +205,12 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
         wrapper_text = f'#line 1 "wrapper"\n{pasted}\n'
         cpp = [header + '#include "cuda_emulator.h"\n' + f'#line 1 "{src_name}"\n'
                + kernel_text + "\n" + wrapper_text]
-        cu, target, includes = [], EMULATOR_TARGET, [EMULATOR_DIR]
+        cu, target = [], EMULATOR_TARGET
         cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={arch_number(arch or 'sm_80')}"]
         cflags, cuda_flags = cflags + list(extra_cflags), []
         if checked:
             cflags += CHECKED_FLAGS
+        includes = [*precompiled_header(cflags, verbose), EMULATOR_DIR]
     else:
         target = arch or device_arch()
         cpp = [header + wrapper_text]
@@ -301,22 +284,6 @@ def report_build(name: str, checked: bool, target: str, seconds: float,
         print(line, file=out or sys.stdout)
 
 
-@contextlib.contextmanager
-def quiet_build(verbose: bool = False):
-    """No warning of the compiler or of torch's extension builder reaches the reader
-    (a notebook's stderr is an output nbval compares); ``verbose`` lets them through."""
-    if verbose:
-        yield
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _QUIET.building = True
-        try:
-            yield
-        finally:
-            _QUIET.building = False
-
-
 class _Twin:
     """The checked build of an emulator module, compiled on first use."""
 
@@ -334,26 +301,37 @@ class _Twin:
 KERNEL_SUBDIR = "kernel"
 
 
-def build_directory(full_name: str, verbose: bool = False) -> pathlib.Path:
-    """The extension's folder in torch's extension cache (``$TORCH_EXTENSIONS_DIR``)."""
-    return pathlib.Path(cpp_extension._get_build_directory(full_name, verbose))
+def precompiled_header(cflags, verbose: bool = False) -> list[pathlib.Path]:
+    """[the folder of ``attnbook_torch.h.gch``] for an emulator build with ``cflags``,
+    built on first use; [] where it cannot be built.
 
-
-@contextlib.contextmanager
-def build_lock(full_name: str, verbose: bool):
-    """Hold the extension's build to this process. torch's own lock (a file ``lock``
-    in the build folder) stays behind when a build is killed (a notebook restarted
-    mid-build), and the next build of that extension would wait for it forever: an
-    ``flock``, which the system drops with its process, guards the build instead, and
-    a ``lock`` file found while holding it is such a leftover."""
-    folder = build_directory(full_name, verbose)
-    with open(folder / "attnbook.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            (folder / "lock").unlink(missing_ok=True)
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    Every emulator extension's first line includes ``attnbook_torch.h``, whose ATen and
+    pybind headers take g++ more than half of a small kernel's build (4–5 s of 8 on two
+    cores). Put first on the include path, the folder's precompiled copy stands in for
+    them (a few hundred MB, once per flag set). g++ takes it only where it was made
+    with the same options (torch's, then ``cflags``) and skips it otherwise."""
+    text = (INCLUDE_DIR / "attnbook_torch.h").read_text()
+    system = [*cpp_extension.include_paths(), sysconfig.get_path("include")]
+    flags = ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-I{EMULATOR_DIR}", f"-I{INCLUDE_DIR}",
+             *(f"-isystem{p}" for p in system), "-fPIC", *cflags]
+    cxx = os.environ.get("CXX", "c++")
+    key = hashlib.sha256("\0".join([cxx, text, *flags, *emulator_headers(),
+                                    torch.__version__]).encode()).hexdigest()[:12]
+    name = f"attnbook_pch_{key}"
+    folder = build_directory(name, verbose)
+    gch = folder / "attnbook_torch.h.gch"
+    with build_lock(name, verbose):
+        if not gch.is_file() and not (folder / "failed").is_file():
+            # made from a copy beside it, which a second #include then finds
+            header = write_if_changed(folder / "attnbook_torch.h", text)
+            made = subprocess.run([cxx, *flags, "-x", "c++-header", header, "-o",
+                                   str(folder / "partial.gch")],
+                                  capture_output=True, text=True)
+            if made.returncode:   # the builds go on without it, as slowly as before
+                (folder / "failed").write_text(made.stderr)
+            else:
+                os.replace(folder / "partial.gch", gch)
+    return [folder] if gch.is_file() else []
 
 
 def emulator_headers() -> list[str]:

@@ -31,6 +31,8 @@ import threading
 
 import torch
 
+from .cache import build_lock, cpp_extension, quiet_build
+
 __all__ = ["guarded_call"]
 
 _lock = threading.Lock()
@@ -41,9 +43,6 @@ SOURCE = pathlib.Path(__file__).with_name("guard.cpp")
 @functools.lru_cache(maxsize=None)
 def _allocator() -> ctypes.CDLL:
     """guard.cpp's library, built on first use (a few seconds, once per machine)."""
-    from torch.utils import cpp_extension
-
-    from .compile import build_lock, quiet_build
     text = SOURCE.read_text()
     key = hashlib.sha256(f"{text}\0{torch.__version__}".encode()).hexdigest()[:12]
     name = f"attnbook_guard_{key}"

@@ -1,0 +1,70 @@
+"""The extension cache (``$TORCH_EXTENSIONS_DIR``): each build's folder, a lock on it
+that a killed build does not leave behind, and a quiet builder. Below every module that
+builds (compile, the guard library, programs, whole extensions, ptxas reports)."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import pathlib
+import warnings
+
+__all__ = ["build_directory", "build_lock", "quiet_build", "cpp_extension"]
+
+
+class _Quiet(logging.Filter):
+    """Drops torch's "No CUDA runtime is found, using CUDA_HOME=..." (logged when a
+    CUDA build of torch, which pip installs by default on Linux, is imported on a
+    machine without a GPU: there the emulator runs the kernels, so it is no news) and,
+    during a build, the extension builder's other warnings (its errors become
+    CompileError)."""
+
+    building = False
+
+    def filter(self, record):
+        if self.building and record.levelno < logging.ERROR:
+            return False
+        return not record.getMessage().startswith("No CUDA runtime is found")
+
+
+_QUIET = _Quiet()
+logging.getLogger("torch.utils.cpp_extension").addFilter(_QUIET)
+from torch.utils import cpp_extension  # noqa: E402  (after the filter, once)
+
+
+@contextlib.contextmanager
+def quiet_build(verbose: bool = False):
+    """No warning of the compiler or of torch's extension builder reaches the reader
+    (a notebook's stderr is an output nbval compares); ``verbose`` lets them through."""
+    if verbose:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _QUIET.building = True
+        try:
+            yield
+        finally:
+            _QUIET.building = False
+
+
+def build_directory(full_name: str, verbose: bool = False) -> pathlib.Path:
+    """The extension's folder in torch's extension cache (``$TORCH_EXTENSIONS_DIR``)."""
+    return pathlib.Path(cpp_extension._get_build_directory(full_name, verbose))
+
+
+@contextlib.contextmanager
+def build_lock(full_name: str, verbose: bool):
+    """Hold the extension's build to this process. torch's own lock (a file ``lock``
+    in the build folder) stays behind when a build is killed (a notebook restarted
+    mid-build), and the next build of that extension would wait for it forever: an
+    ``flock``, which the system drops with its process, guards the build instead, and
+    a ``lock`` file found while holding it is such a leftover."""
+    folder = build_directory(full_name, verbose)
+    with open(folder / "attnbook.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            (folder / "lock").unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
