@@ -66,7 +66,9 @@ class CharModel:
 def split(chars: str, text: str | None = None):
     """Token ids (LongTensor) of the text's first 90 % and of the rest."""
     text = shakespeare() if text is None else text
-    ids = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
+    index = torch.zeros(128, dtype=torch.long)   # the text is ASCII
+    index[list(chars.encode())] = torch.arange(len(chars))
+    ids = index[torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8).long()]
     cut = len(ids) * 9 // 10
     return ids[:cut], ids[cut:]
 
