@@ -63,9 +63,9 @@ class CharModel:
         return "".join(self.chars[i] if i < len(self.chars) else END for i in ids)
 
 
-def split(chars: str, text: str | None = None):
+def split(chars: str):
     """Token ids (LongTensor) of the text's first 90 % and of the rest."""
-    text = shakespeare() if text is None else text
+    text = shakespeare()
     index = torch.zeros(128, dtype=torch.long)   # the text is ASCII
     index[list(chars.encode())] = torch.arange(len(chars))
     ids = index[torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8).long()]
@@ -73,16 +73,15 @@ def split(chars: str, text: str | None = None):
     return ids[:cut], ids[cut:]
 
 
-def train(steps, batch=16, context=64, lr=3e-3, seed=0, cfg=CONFIG, decay=True,
-          report_every=0):
+def train(steps, batch=16, context=64, lr=3e-3, seed=0, report_every=0):
     """A fresh Decoder trained ``steps`` steps on the training part, attention through
-    SDPA (cosine-decayed learning rate if ``decay``), printing the elapsed time every
+    SDPA, the learning rate decaying along a cosine, printing the elapsed time every
     ``report_every`` steps (if not 0). Returns the :class:`CharModel` (in eval mode)
     and the loss of every step."""
     chars = "".join(sorted(set(shakespeare())))
     data, _ = split(chars)
     torch.manual_seed(seed)
-    model = Decoder(cfg)
+    model = Decoder(CONFIG)
     start, calls = time.perf_counter(), iter(range(1, steps + 1))
 
     def forward(x):
@@ -91,14 +90,13 @@ def train(steps, batch=16, context=64, lr=3e-3, seed=0, cfg=CONFIG, decay=True,
             print(f"step {step}: {time.perf_counter() - start:.0f} s", flush=True)
         return model(x, attention_impl="sdpa")
 
-    losses = fit(model, data, steps, batch, context, seed, lr, decay=decay,
+    losses = fit(model, data, steps, batch, context, seed, lr, decay=True,
                  forward=forward)
     return CharModel(model.eval(), chars, {}), losses
 
 
 @torch.no_grad()
-def held_out_loss(cm: CharModel, windows=64, context=64, seed=0,
-                  attention_impl="sdpa") -> float:
+def held_out_loss(cm: CharModel, windows=64, context=64, seed=0) -> float:
     """Mean next-character cross entropy (nats) over ``windows`` seeded windows of
     the held-out text."""
     _, data = split(cm.chars)
@@ -107,7 +105,7 @@ def held_out_loss(cm: CharModel, windows=64, context=64, seed=0,
     device = cm.model.embed.weight.device
     x = torch.stack([data[i:i + context] for i in start]).to(device)
     y = torch.stack([data[i + 1:i + context + 1] for i in start]).to(device)
-    logits = cm.model(x, attention_impl=attention_impl)
+    logits = cm.model(x, attention_impl="sdpa")
     return F.cross_entropy(logits.flatten(0, 1), y.flatten()).item()
 
 
