@@ -21,6 +21,7 @@ seeing every key) is meant, else a boolean [B, 1, Sq, Sk] mask, True = attend. R
 from __future__ import annotations
 
 import contextlib
+import re
 
 import torch
 
@@ -106,40 +107,47 @@ def load_causal_lm(checkpoint: str = "gpt2"):
     return model.eval(), tokenizer
 
 
-# What the stand-in's tokenizer learns its merges from: fixed, so that its tokens (and
-# the text the stand-in generates) stay the same from one version of the package to
-# the next.
-_STAND_IN_TEXT = """\
-The attention mechanism lets every token of a sequence look at every other token. A GPU
-kernel that computes it reads the queries, the keys and the values from memory, takes
-the dot product of each query with each key, turns each row of scores into weights with
-a softmax, and sums the values with those weights. The kernels of this book do it in
-tiles that fit in shared memory and registers, so that the matrix of scores is never
-written to memory at all.
-"""
-
-
-def gpt2_stand_in(folder, seed: int = 0) -> str:
-    """Write a GPT-2-shaped checkpoint to ``folder`` the way the Hub's ``gpt2`` was
-    written (``save_pretrained``): random weights (large enough that greedy decoding
-    has no near-ties), 2 layers of width 128, and a byte-level BPE tokenizer learnt
-    from a paragraph. :func:`load_causal_lm` then loads it exactly as it loads
-    ``"gpt2"``, so the code path a reader with network runs is the one tested without
-    it. Returns the folder's path."""
+def gpt2_stand_in(folder) -> str:
+    """Write the package's Shakespeare model (:mod:`attnbook.models.pretrained`) to
+    ``folder`` as a GPT-2 checkpoint, the way the Hub's ``gpt2`` was written
+    (``save_pretrained``). The :class:`Decoder` is GPT-2's architecture (learnt
+    positions, pre-norm blocks, exact GELU, an output layer tied to the token
+    embedding), so its weights move over unchanged, the linear layers transposed into
+    GPT-2's ``Conv1D``; its tokenizer is GPT-2's byte-level one with the model's
+    characters as its vocabulary and no merges. :func:`load_causal_lm` then loads it
+    exactly as it loads ``"gpt2"``, so the code path a reader with network runs is
+    the one tested without it. Returns the folder's path."""
     import transformers
     from tokenizers import ByteLevelBPETokenizer
-    end = "<|endoftext|>"
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator([_STAND_IN_TEXT], vocab_size=400, special_tokens=[end],
-                            show_progress=False)
-    tokenizer = transformers.GPT2TokenizerFast(tokenizer_object=bpe, bos_token=end,
-                                               eos_token=end, unk_token=end)
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    from .pretrained import END, load
+    cm = load()
+    cfg, state = cm.model.cfg, cm.model.state_dict()
+    byte_level = ByteLevel(add_prefix_space=False, use_regex=False)
+    vocab = {byte_level.pre_tokenize_str(c)[0][0]: i for i, c in enumerate(cm.chars)}
+    bpe = ByteLevelBPETokenizer(vocab, [])
+    bpe.add_special_tokens([END])
+    tokenizer = transformers.GPT2TokenizerFast(tokenizer_object=bpe, bos_token=END,
+                                               eos_token=END, unk_token=END)
+    end = tokenizer.convert_tokens_to_ids(END)
     config = transformers.GPT2Config(
-        vocab_size=len(tokenizer), n_positions=128, n_embd=128, n_layer=2, n_head=4,
-        initializer_range=0.3, bos_token_id=tokenizer.eos_token_id,
-        eos_token_id=tokenizer.eos_token_id)
-    with torch.random.fork_rng(), _no_progress_bars():
-        torch.manual_seed(seed)
-        transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+        vocab_size=cfg.vocab, n_positions=cfg.max_len, n_embd=cfg.dim,
+        n_layer=cfg.layers, n_head=cfg.heads, activation_function="gelu",
+        bos_token_id=end, eos_token_id=end)
+    names = {"embed": "wte", "pos": "wpe", "norm": "ln_f", "norm1": "ln_1",
+             "norm2": "ln_2", "qkv": "attn.c_attn", "out": "attn.c_proj",
+             "mlp.0": "mlp.c_fc", "mlp.2": "mlp.c_proj"}
+    gpt2 = {"lm_head.weight": state["embed.weight"]}
+    for key, value in state.items():
+        _, layer, module, kind = re.fullmatch(r"(blocks\.(\d+)\.)?(.+)\.(\w+)",
+                                              key).groups()
+        name = names[module] if layer is None else f"h.{layer}.{names[module]}"
+        conv1d = kind == "weight" and "." in names[module]   # attn.* and mlp.*
+        gpt2[f"transformer.{name}.{kind}"] = value.T if conv1d else value
+    model = transformers.GPT2LMHeadModel(config)
+    model.load_state_dict(gpt2)
+    with _no_progress_bars():
+        model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
     return str(folder)

@@ -55,13 +55,17 @@ def encode(text: str):
     return torch.tensor([index[c] for c in text], dtype=torch.long), chars
 
 
-def fit(model, data, steps=200, batch=16, context=32, seed=0, lr=3e-3, forward=None):
+def fit(model, data, steps=200, batch=16, context=32, seed=0, lr=3e-3, forward=None,
+        decay=False):
     """Train ``model`` to predict the next token of random windows of ``data`` (the
     same windows for a given seed); ``forward(x)`` gives the logits (default:
-    ``model(x)``). Returns the loss of every step."""
+    ``model(x)``); ``decay``: the learning rate falls from ``lr`` to ``lr / 10`` along
+    a cosine. Returns the loss of every step."""
     forward = model if forward is None else forward
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(
+        opt, steps, eta_min=lr / 10 if decay else lr)
     g = torch.Generator().manual_seed(seed)
     losses = []
     for _ in range(steps):
@@ -72,6 +76,7 @@ def fit(model, data, steps=200, batch=16, context=32, seed=0, lr=3e-3, forward=N
         opt.zero_grad()
         loss.backward()
         opt.step()
+        schedule.step()
         losses.append(loss.item())
     return losses
 
