@@ -45,6 +45,27 @@ def test_generation_matches_sdpa_token_for_token(cfg, cache, device):
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("cache", ["contiguous", "paged", None])
+def test_sampling_draws_alike_in_every_batch_cache_and_implementation(cache, device):
+    model = model_of(device)
+    sampled = dict(temperature=0.7, seed=3)
+    want = torch.stack([model.generate([p], 12, attention_impl="sdpa", cache=None,
+                                       **sampled)[0] for p in PROMPTS])
+    assert not torch.equal(want, reference_tokens(model, PROMPTS, 12))
+    assert torch.equal(model.generate(PROMPTS, 12, cache=cache, **sampled), want)
+
+
+def test_gumbel_max_draws_from_the_softmax():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    steps, temperature = 20000, 0.8
+    pick = decoder_module._picker(temperature, 0, steps, 4, "cpu")
+    counts = torch.bincount(torch.cat([pick(t, logits) for t in range(steps)]), None,
+                            4).double()
+    want = torch.softmax(logits[0].double() / temperature, 0)
+    # within 4 standard deviations of a multinomial count
+    assert ((counts / steps - want).abs() <= 4 * (want * (1 - want) / steps).sqrt()).all()
+
+
 def test_float16_generation_runs_the_tensor_core_prefill(device):
     """Prefill on chapter 8's kernel (head_dim 64), decode in float16; on this model
     and these prompts rounding leaves every greedy choice as SDPA's."""

@@ -235,9 +235,14 @@ class Decoder(torch.nn.Module):
 
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens, *, attention_impl="attnbook",
-                 cache="contiguous", block_size=16, times=None):
+                 cache="contiguous", block_size=16, times=None, temperature=0.0,
+                 seed=0):
         """Greedy generation: ``prompts`` is a list of token lists (any lengths ≥ 1);
-        returns the new tokens, LongTensor [B, max_new_tokens].
+        returns the new tokens, LongTensor [B, max_new_tokens]. With ``temperature``
+        > 0 it samples instead, by the Gumbel-max trick: the argmax of logits /
+        temperature plus Gumbel noise is a draw from softmax(logits / temperature). The
+        noise depends on the step and ``seed`` only, so every implementation, cache and
+        batch draws alike.
 
         ``cache``: "contiguous" or "paged" (pages of ``block_size`` positions from a
         shared pool), or None: no cache, the whole sequence is run again at every
@@ -263,11 +268,12 @@ class Decoder(torch.nn.Module):
             tokens[b, :len(p)] = torch.tensor(p)
         lengths = torch.tensor(lens, dtype=torch.int32, device=device)
         rows = torch.arange(len(prompts), device=device)
+        pick = _picker(temperature, seed, max_new_tokens, self.cfg.vocab, device)
         out = []
         if cache is None:
-            for _ in range(max_new_tokens):
+            for step in range(max_new_tokens):
                 logits = self(tokens[:, :int(lengths.max())], lengths, attention_impl)
-                out.append(logits[rows, lengths.long() - 1].argmax(-1))
+                out.append(pick(step, logits[rows, lengths.long() - 1]))
                 tokens[rows, lengths.long()] = out[-1]
                 lengths = lengths + 1
             return torch.stack(out, 1)
@@ -276,11 +282,22 @@ class Decoder(torch.nn.Module):
         clock = _Clock(device, times)
         logits = self.prefill(tokens[:, :max(lens)], lengths, kv, attention_impl)
         for step in range(max_new_tokens):
-            out.append(logits.argmax(-1))
+            out.append(pick(step, logits))
             clock.tick()
             if step + 1 < max_new_tokens:
                 logits = self.decode_step(out[-1], kv, attention_impl)
         return torch.stack(out, 1)
+
+
+def _picker(temperature, seed, steps, vocab, device):
+    """pick(step, logits [B, vocab]) -> the next tokens [B]: the argmax, or with
+    ``temperature`` > 0 a sample (see Decoder.generate)."""
+    if temperature <= 0:
+        return lambda step, logits: logits.argmax(-1)
+    g = torch.Generator().manual_seed(seed)
+    uniform = torch.rand(steps, vocab, generator=g, dtype=torch.float64)
+    gumbel = (-(-uniform.clamp_min(1e-300).log()).log()).float().to(device)
+    return lambda step, logits: (logits.float() / temperature + gumbel[step]).argmax(-1)
 
 
 class _Clock:
