@@ -64,8 +64,11 @@ __device__ __forceinline__ int swizzled(int a, int b) {
 template <int R, int W>
 __device__ __forceinline__ void load_transposed(float* dst, const float* src,
                                                 long long ld, int rows, float mul) {
-  for (int idx = threadIdx.x; idx < R * W / 4; idx += kRtThreads) {
-    const int r = idx / 8 % R, g = idx / (8 * R) * 8 + idx % 8;
+  static_assert(R % 32 == 0 && R * W / 4 % kRtThreads == 0, "whole passes");
+  const int lane = threadIdx.x % 8, r0 = threadIdx.x / 8 % 32;
+#pragma unroll
+  for (int pass = 0; pass < R * W / 4 / kRtThreads; ++pass) {
+    const int r = r0 + 32 * (pass % (R / 32)), g = 8 * (pass / (R / 32)) + lane;
     const float4 x = r < rows
                          ? *reinterpret_cast<const float4*>(src + r * ld + 4 * g)
                          : make_float4(0.f, 0.f, 0.f, 0.f);
