@@ -3,7 +3,7 @@
 // launcher:
 //   1 a thread per query row, K and V tiles in shared memory   (this file)
 //   2 register tiles of 4 x 4, 16-byte loads, swizzled   (flash_fp32_2_register_tiles)
-//   3 step 2 sized for occupancy: 64 registers, 32 KB at D = 64   (flash_fp32_3_occupancy)
+//   3 step 2 sized for occupancy, 4 blocks an SM at D = 64   (flash_fp32_3_occupancy)
 //
 // Step 1. Grid: (ceil(Sq / Br), B·H) in launches of at most 65535 (batch, head) pairs
 // (bh0 is the first pair of a launch). A block owns Br consecutive query rows of one

@@ -140,20 +140,22 @@ __global__ void __launch_bounds__(kRtThreads, occupancy_blocks<D>())
     }
 
     // O += P V in two halves: keys 4t + 2h and 4t + 2h + 1 (t < 16) of half h, each
-    // with its Pᵀ chunk and V chunk in W.
+    // with its Pᵀ chunk and V chunk in W. Key 4t + 2h + e is row 4(t % 8) + 2(t / 8)
+    // + e of both: the 8 lanes of a quarter-warp store to rows of distinct swizzles.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e)   // Pᵀ row 2tx + e: key 4tx + 2·half + e
-        *reinterpret_cast<float4*>(W + swizzled<Br>(2 * tx + e, 4 * ty)) =
+      for (int e = 0; e < 2; ++e)
+        *reinterpret_cast<float4*>(
+            W + swizzled<Br>(4 * (tx % 8) + 2 * (tx / 8) + e, 4 * ty)) =
             make_float4(s[0][2 * half + e], s[1][2 * half + e], s[2][2 * half + e],
                         s[3][2 * half + e]);
       bool odd = false;   // NaN or inf among the values this thread staged
-#pragma unroll
+#pragma unroll 1
       for (int pass = 0; pass < kRtChunk * D / 4 / kRtThreads; ++pass) {
         const unsigned idx = threadIdx.x + pass * kRtThreads;
         const int r = idx / (D / 4), col = 4 * (idx % (D / 4));
-        const int key = j0 + 4 * (r / 2) + 2 * half + r % 2;
+        const int key = j0 + 4 * (r / 4 + 8 * (r / 2 % 2)) + 2 * half + r % 2;
         const float4 x = key < Sk
                              ? *reinterpret_cast<const float4*>(vb + key * lv.s + col)
                              : make_float4(0.f, 0.f, 0.f, 0.f);
