@@ -124,16 +124,20 @@ static void launch_regtile(const float* q, const float* k, const float* v, float
                            float* lse, const Layout& lq, const Layout& lk,
                            const Layout& lv, int B, int H, int Hkv, int Sq, int Sk,
                            float scale, const MaskParams& mask, cudaStream_t stream) {
-  constexpr auto kernel = Occupancy ? flash_fwd_fp32_occupancy_kernel<D>
-                                    : flash_fwd_fp32_regtile_kernel<D>;
   constexpr int bytes = Occupancy ? occupancy_smem_bytes<D>() : regtile_smem_bytes<D>();
   if (bytes > 48 * 1024)   // a launch past the device's limit reports the error
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    cudaFuncSetAttribute(Occupancy ? flash_fwd_fp32_occupancy_kernel<D>
+                                   : flash_fwd_fp32_regtile_kernel<D>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   const long long BH = (long long)B * H;
   for (long long bh0 = 0; bh0 < BH; bh0 += 65535) {   // gridDim.y is at most 65535
     const dim3 grid((Sq + kRtBr - 1) / kRtBr, unsigned(std::min(BH - bh0, 65535ll)));
-    kernel<<<grid, kRtThreads, bytes, stream>>>(q, k, v, o, lse, lq, lk, lv, int(bh0),
-                                                H, Hkv, Sq, Sk, scale, mask);
+    if constexpr (Occupancy)
+      flash_fwd_fp32_occupancy_kernel<D><<<grid, kRtThreads, bytes, stream>>>(
+          q, k, v, o, lse, lq, lk, lv, int(bh0), H, Hkv, Sq, Sk, scale, mask);
+    else
+      flash_fwd_fp32_regtile_kernel<D><<<grid, kRtThreads, bytes, stream>>>(
+          q, k, v, o, lse, lq, lk, lv, int(bh0), H, Hkv, Sq, Sk, scale, mask);
   }
 }
 
