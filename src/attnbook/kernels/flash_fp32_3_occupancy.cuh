@@ -79,23 +79,7 @@ __global__ void __launch_bounds__(kRtThreads, occupancy_blocks<D>())
     // S = (Q·scale) Kᵀ, K staged through W KC head dims at a time.
     constexpr int KC = D <= 64 ? D : kRtChunk;
     float s[4][4] = {};
-    for (int d0 = 0; d0 < D; d0 += KC) {
-      load_transposed<Bc, KC>(W, kb + j0 * lk.s + d0, lk.s, min(Bc, Sk - j0),
-                                    1.f);
-      __syncthreads();   // the chunk (and, the first time, Qᵀ) is complete
-#pragma unroll 4
-      for (int d = 0; d < KC; ++d) {
-        const float4 a = *reinterpret_cast<const float4*>(
-            Qt + swizzled<Br>(d0 + d, 4 * ty));
-        const float4 c = *reinterpret_cast<const float4*>(W + swizzled<Bc>(d, 4 * tx));
-        const float qa[4] = {a.x, a.y, a.z, a.w}, kc[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-          for (int jj = 0; jj < 4; ++jj) s[i][jj] = fmaf(qa[i], kc[jj], s[i][jj]);
-      }
-      __syncthreads();   // all are done with the chunk before W is refilled
-    }
+    tile_scores<D, KC>(s, Qt, W, kb + j0 * lk.s, lk.s, min(Bc, Sk - j0), ty, tx);
 
     // Mask, then the online softmax of each of the thread's 4 rows.
     const bool guarded = !tile_unmasked(mask, b, row_lo, row_hi, j0, j0 + Bc, Sq, Sk);
