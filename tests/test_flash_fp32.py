@@ -159,3 +159,16 @@ def test_register_tiles_copy_rows_that_do_not_start_on_16_bytes(device):
     none = q.new_empty(0)
     with pytest.raises(RuntimeError, match="q must start on 16 bytes"):
         module.flash_forward(q, k, v, none, none, False, 0, 0, 0.125, 2, 64, 64)
+
+
+def test_step_3_is_differentiated_by_step_2s_backward(device):
+    """Step 3 computes step 2's forward: autograd runs step 2's backward for it, and
+    the gradients agree."""
+    q, k, v = (t.requires_grad_() for t in inputs((1, 2, 1, 40, 50, 64), device, seed=6))
+    grads = []
+    for step in (2, 3):
+        ab.flash_attention_fp32(q, k, v, causal=True, step=step).sum().backward()
+        grads.append([t.grad for t in (q, k, v)])
+        q.grad = k.grad = v.grad = None
+    for ours, theirs in zip(*grads):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
