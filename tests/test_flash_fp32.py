@@ -164,7 +164,8 @@ def test_register_tiles_copy_rows_that_do_not_start_on_16_bytes(device):
 def test_step_3_is_differentiated_by_step_2s_backward(device):
     """Step 3 computes step 2's forward: autograd runs step 2's backward for it, and
     the gradients agree."""
-    q, k, v = (t.requires_grad_() for t in inputs((1, 2, 1, 40, 50, 64), device, seed=6))
+    shape = (1, 2, 1, 40, 50, 64)
+    q, k, v = (t.requires_grad_() for t in inputs(shape, device, seed=6))
     grads = []
     for step in (2, 3):
         ab.flash_attention_fp32(q, k, v, causal=True, step=step).sum().backward()

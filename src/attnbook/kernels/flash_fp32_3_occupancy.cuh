@@ -20,7 +20,8 @@
 // shifted down by one), so that no row's or key's mask offsets stay in registers; and
 // the staging loops make whole passes of the block, their addresses a base plus
 // constants. __launch_bounds__(256, 4) holds ptxas to 64 at D ≤ 64 ((256, 2) above,
-// as step 2).
+// as step 2): no spills for sm_75 and sm_80; for sm_90 one word spills, the key
+// loop's end, reloaded once per key tile.
 //
 // Everything else is step 2's: the 16 x 16 grid of 4 x 4 tiles, at least 8 FMAs per
 // shared-memory load, the swizzles, NaN, inf and masked keys, and the global traffic
