@@ -108,8 +108,8 @@ def test_uncompiled_tiles_and_steps_are_rejected(device):
     with pytest.raises(ValueError, match=r"tiles \(64, 32\) are not compiled for "
                                          r"step 2 at head_dim 32: use \(64, 64\)"):
         ab.flash_attention_fp32(q, k, v, tiles=(64, 32))
-    with pytest.raises(ValueError, match=r"step must be one of \(1, 2\), got 3"):
-        ab.flash_attention_fp32(q, k, v, step=3)
+    with pytest.raises(ValueError, match=r"step must be one of \(1, 2, 3\), got 4"):
+        ab.flash_attention_fp32(q, k, v, step=4)
 
 
 # ---- step 2: register tiles ----------------------------------------------------------
@@ -133,14 +133,15 @@ def mask_cases(b, h, sq, sk, device):
     ]
 
 
+@pytest.mark.parametrize("step", [2, 3])
 @pytest.mark.parametrize("d", FLASH_FP32_HEAD_DIMS)
 @pytest.mark.parametrize("sq,sk", [(70, 150), (150, 70), (1, 129)])
-def test_register_tiles_match_reference_for_every_mask(d, sq, sk, device):
-    """Within 1e-5 of the float64 reference, relative to the output's scale: every mask,
-    grouped heads, Sq ≠ Sk both ways, sizes off the 64 x 64 tiles."""
+def test_register_tiles_match_reference_for_every_mask(d, sq, sk, step, device):
+    """Steps 2 and 3 within 1e-5 of the float64 reference, relative to the output's
+    scale: every mask, grouped heads, Sq ≠ Sk both ways, sizes off the 64 x 64 tiles."""
     q, k, v = inputs((2, 4, 2, sq, sk, d), device, seed=d + sq)
     for ours, ref in mask_cases(2, 4, sq, sk, device):
-        o = ab.flash_attention_fp32(q, k, v, step=2, **ours)
+        o = ab.flash_attention_fp32(q, k, v, step=step, **ours)
         want = ab.attention_reference(q.cpu(), k.cpu(), v.cpu(), float64=True, **ref)
         scale = want.abs().max().clamp(min=1.0)
         assert (o.cpu().double() - want).abs().max() <= 1e-5 * scale, (ours.keys(),)
@@ -158,3 +159,17 @@ def test_register_tiles_copy_rows_that_do_not_start_on_16_bytes(device):
     none = q.new_empty(0)
     with pytest.raises(RuntimeError, match="q must start on 16 bytes"):
         module.flash_forward(q, k, v, none, none, False, 0, 0, 0.125, 2, 64, 64)
+
+
+def test_step_3_is_differentiated_by_step_2s_backward(device):
+    """Step 3 computes step 2's forward: autograd runs step 2's backward for it, and
+    the gradients agree."""
+    shape = (1, 2, 1, 40, 50, 64)
+    q, k, v = (t.requires_grad_() for t in inputs(shape, device, seed=6))
+    grads = []
+    for step in (2, 3):
+        ab.flash_attention_fp32(q, k, v, causal=True, step=step).sum().backward()
+        grads.append([t.grad for t in (q, k, v)])
+        q.grad = k.grad = v.grad = None
+    for ours, theirs in zip(*grads):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)

@@ -60,6 +60,9 @@ LAUNCHES = {
         *_qkv(dev, 1, 4, 21, 33, 64), causal=True, step=1),
     "flash fp32 step 2": lambda dev: ops.attention(*_qkv(dev, 1, 2, 70, 90, 64),
                                                    is_causal=True),
+    "flash fp32 step 3, masked": lambda dev: ops.flash_attention_fp32(
+        *_qkv(dev, 2, 2, 70, 90, 64), step=3, causal=True, stride=3,
+        key_lengths=torch.tensor([90, 33], device=dev)),
     "flash fp32 step 2, masked": lambda dev: ops.attention(
         *_qkv(dev, 2, 2, 9, 70, 32), stride=3, window=40,
         key_lengths=torch.tensor([70, 33], device=dev)),

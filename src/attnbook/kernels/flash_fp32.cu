@@ -3,6 +3,7 @@
 // launcher:
 //   1 a thread per query row, K and V tiles in shared memory   (this file)
 //   2 register tiles of 4 x 4, 16-byte loads, swizzled   (flash_fp32_2_register_tiles)
+//   3 step 2 sized for occupancy, 4 blocks an SM at D = 64   (flash_fp32_3_occupancy)
 //
 // Step 1. Grid: (ceil(Sq / Br), B·H) in launches of at most 65535 (batch, head) pairs
 // (bh0 is the first pair of a launch). A block owns Br consecutive query rows of one
@@ -29,6 +30,7 @@
 
 #include "flash_fp32.h"   // the launcher, and the Layout and MaskParams it takes
 #include "flash_fp32_2_register_tiles.cuh"
+#include "flash_fp32_3_occupancy.cuh"
 #include "mask.cuh"
 #include "max_nan.cuh"
 
@@ -115,27 +117,33 @@ static void launch(const float* q, const float* k, const float* v, float* o, flo
   }
 }
 
-// Step 2 at head dimension D: a block per 64 query rows, past 48 KB of shared memory
-// by opt-in.
-template <int D>
+// Step 2 (Occupancy false) or step 3 at head dimension D: a block per 64 query rows,
+// past 48 KB of shared memory by opt-in.
+template <int D, bool Occupancy>
 static void launch_regtile(const float* q, const float* k, const float* v, float* o,
                            float* lse, const Layout& lq, const Layout& lk,
                            const Layout& lv, int B, int H, int Hkv, int Sq, int Sk,
                            float scale, const MaskParams& mask, cudaStream_t stream) {
-  constexpr int bytes = regtile_smem_bytes<D>();
+  constexpr int bytes = Occupancy ? occupancy_smem_bytes<D>() : regtile_smem_bytes<D>();
   if (bytes > 48 * 1024)   // a launch past the device's limit reports the error
-    cudaFuncSetAttribute(flash_fwd_fp32_regtile_kernel<D>,
+    cudaFuncSetAttribute(Occupancy ? flash_fwd_fp32_occupancy_kernel<D>
+                                   : flash_fwd_fp32_regtile_kernel<D>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   const long long BH = (long long)B * H;
   for (long long bh0 = 0; bh0 < BH; bh0 += 65535) {   // gridDim.y is at most 65535
     const dim3 grid((Sq + kRtBr - 1) / kRtBr, unsigned(std::min(BH - bh0, 65535ll)));
-    flash_fwd_fp32_regtile_kernel<D><<<grid, kRtThreads, bytes, stream>>>(
-        q, k, v, o, lse, lq, lk, lv, int(bh0), H, Hkv, Sq, Sk, scale, mask);
+    if constexpr (Occupancy)
+      flash_fwd_fp32_occupancy_kernel<D><<<grid, kRtThreads, bytes, stream>>>(
+          q, k, v, o, lse, lq, lk, lv, int(bh0), H, Hkv, Sq, Sk, scale, mask);
+    else
+      flash_fwd_fp32_regtile_kernel<D><<<grid, kRtThreads, bytes, stream>>>(
+          q, k, v, o, lse, lq, lk, lv, int(bh0), H, Hkv, Sq, Sk, scale, mask);
   }
 }
 
 // The compiled configurations: step 1 with (Br, Bc) = (64, 32) for every head dimension
-// and chapter 7's tile sweep at D = 64; step 2 with (64, 64) for every head dimension.
+// and chapter 7's tile sweep at D = 64; steps 2 and 3 with (64, 64) for every head
+// dimension.
 // Returns false for any other configuration.
 bool flash_fwd_fp32(const float* q, const float* k, const float* v, float* o,
                     float* lse, const Layout& lq, const Layout& lk, const Layout& lv,
@@ -161,9 +169,9 @@ bool flash_fwd_fp32(const float* q, const float* k, const float* v, float* o,
   ATTNBOOK_FLASH_CONFIG(64, 128, 64)
 #undef ATTNBOOK_FLASH_CONFIG
 #define ATTNBOOK_REGTILE_CONFIG(d)                                                  \
-  if (step == 2 && D == d && Br == kRtBr && Bc == kRtBc) {                          \
-    launch_regtile<d>(q, k, v, o, lse, lq, lk, lv, B, H, Hkv, Sq, Sk, scale, mask,  \
-                      stream);                                                      \
+  if ((step == 2 || step == 3) && D == d && Br == kRtBr && Bc == kRtBc) {          \
+    (step == 2 ? launch_regtile<d, false> : launch_regtile<d, true>)(               \
+        q, k, v, o, lse, lq, lk, lv, B, H, Hkv, Sq, Sk, scale, mask, stream);       \
     return true;                                                                    \
   }
   ATTNBOOK_REGTILE_CONFIG(32)

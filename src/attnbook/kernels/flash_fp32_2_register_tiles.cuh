@@ -64,8 +64,11 @@ __device__ __forceinline__ int swizzled(int a, int b) {
 template <int R, int W>
 __device__ __forceinline__ void load_transposed(float* dst, const float* src,
                                                 long long ld, int rows, float mul) {
-  for (int idx = threadIdx.x; idx < R * W / 4; idx += kRtThreads) {
-    const int r = idx / 8 % R, g = idx / (8 * R) * 8 + idx % 8;
+  static_assert(R % 32 == 0 && R * W / 4 % kRtThreads == 0, "whole passes");
+  const int lane = threadIdx.x % 8, r0 = threadIdx.x / 8 % 32;
+#pragma unroll
+  for (int pass = 0; pass < R * W / 4 / kRtThreads; ++pass) {
+    const int r = r0 + 32 * (pass % (R / 32)), g = 8 * (pass / (R / 32)) + lane;
     const float4 x = r < rows
                          ? *reinterpret_cast<const float4*>(src + r * ld + 4 * g)
                          : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -73,6 +76,33 @@ __device__ __forceinline__ void load_transposed(float* dst, const float* src,
     dst[swizzled<R>(4 * g + 1, r)] = x.y * mul;
     dst[swizzled<R>(4 * g + 2, r)] = x.z * mul;
     dst[swizzled<R>(4 * g + 3, r)] = x.w * mul;
+  }
+}
+
+// s [4][4] = this thread's scores of the tile: (Q·scale) Kᵀ for query rows 4ty.. and
+// keys 4tx.. of Qᵀ [D][Br] (shared) and the tile's keys [keys][D] at kt (row stride
+// ld; keys past `keys` are zeros), K staged through X [KC][Bc] KC head dims at a time.
+// Per head dim, a float4 of Qᵀ and one of Kᵀ feed 16 FMAs. Every thread calls it: its
+// barriers also complete what the block stored before.
+template <int D, int KC>
+__device__ __forceinline__ void tile_scores(float (&s)[4][4], const float* Qt, float* X,
+                                            const float* kt, long long ld, int keys,
+                                            int ty, int tx) {
+  for (int d0 = 0; d0 < D; d0 += KC) {
+    load_transposed<kRtBc, KC>(X, kt + d0, ld, keys, 1.f);
+    __syncthreads();   // the chunk (and, the first time, Qᵀ) is complete
+#pragma unroll 4
+    for (int d = 0; d < KC; ++d) {
+      const float4 a =
+          *reinterpret_cast<const float4*>(Qt + swizzled<kRtBr>(d0 + d, 4 * ty));
+      const float4 c = *reinterpret_cast<const float4*>(X + swizzled<kRtBc>(d, 4 * tx));
+      const float qa[4] = {a.x, a.y, a.z, a.w}, kc[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) s[i][jj] = fmaf(qa[i], kc[jj], s[i][jj]);
+    }
+    __syncthreads();   // all are done with the chunk before X is refilled
   }
 }
 
@@ -166,23 +196,7 @@ __global__ void __launch_bounds__(kRtThreads, 2)
   for (int j0 = kv_begin; j0 < kv_end; j0 += Bc) {
     // S = (Q·scale) Kᵀ, K staged through X 32 head dims at a time.
     float s[4][4] = {};
-    for (int d0 = 0; d0 < D; d0 += kRtChunk) {
-      load_transposed<Bc, kRtChunk>(X, kb + j0 * lk.s + d0, lk.s, min(Bc, Sk - j0),
-                                    1.f);
-      __syncthreads();   // the chunk (and, the first time, Qᵀ) is complete
-#pragma unroll 4
-      for (int d = 0; d < kRtChunk; ++d) {
-        const float4 a = *reinterpret_cast<const float4*>(
-            Qt + swizzled<Br>(d0 + d, 4 * ty));
-        const float4 c = *reinterpret_cast<const float4*>(X + swizzled<Bc>(d, 4 * tx));
-        const float qa[4] = {a.x, a.y, a.z, a.w}, kc[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-          for (int jj = 0; jj < 4; ++jj) s[i][jj] = fmaf(qa[i], kc[jj], s[i][jj]);
-      }
-      __syncthreads();   // all are done with the chunk before X is refilled
-    }
+    tile_scores<D, kRtChunk>(s, Qt, X, kb + j0 * lk.s, lk.s, min(Bc, Sk - j0), ty, tx);
 
     // Mask, then the online softmax of each of the thread's 4 rows.
     const bool guarded = !tile_unmasked(mask, b, row_lo, row_hi, j0, j0 + Bc, Sq, Sk);

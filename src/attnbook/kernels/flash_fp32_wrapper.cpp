@@ -15,7 +15,7 @@ std::vector<at::Tensor> flash_forward(at::Tensor q, at::Tensor k, at::Tensor v,
   TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX,
               "B·H, Sq and Sk must be below 2^31");
   const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
-  if (step == 2)
+  if (step >= 2)
     for (const auto& [t, name] : {std::pair{q, "q"}, {k, "k"}, {v, "v"}})
       check_aligned(t, name);
   attnbook::DeviceGuard guard(q);

@@ -15,10 +15,12 @@ __all__ = ["flash_attention_fp32", "flash_forward", "check_flash_config",
            "FLASH_FP32_SWEEP"]
 
 # The chapter's steps, each a kernel of kernels/flash_fp32*.
-FLASH_FP32_STEPS = {1: "a thread per query row", 2: "register tiles"}
+FLASH_FP32_STEPS = {1: "a thread per query row", 2: "register tiles",
+                    3: "register tiles sized for occupancy"}
 FLASH_FP32_FASTEST = 2   # the step ab.attention runs in float32
 FLASH_FP32_HEAD_DIMS = (32, 64, 96, 128)
-FLASH_FP32_TILES = {1: (64, 32), 2: (64, 64)}   # (Br, Bc) of each step, every head dim
+# (Br, Bc) of each step, every head dim
+FLASH_FP32_TILES = {1: (64, 32), 2: (64, 64), 3: (64, 64)}
 # (Br, Bc) compiled for step 1 at head_dim 64, for chapter 7's sweep.
 FLASH_FP32_SWEEP = tuple((br, bc) for br in (32, 64, 128) for bc in (16, 32, 64))
 
@@ -40,10 +42,10 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   block_q: int, block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Step ``step`` of the fused forward on checked inputs (see
     :class:`~attnbook.args.attention.AttentionArgs`): o [B, H, Sq, D] and the
-    log-sum-exp [B, H, Sq] a backward pass needs. Step 2 copies inputs whose rows do
-    not start on 16 bytes."""
+    log-sum-exp [B, H, Sq] a backward pass needs. Steps 2 and 3 copy inputs whose rows
+    do not start on 16 bytes."""
     none = q.new_empty(0)
-    if step == 2:
+    if step >= 2:
         q, k, v = aligned_rows(q), aligned_rows(k), aligned_rows(v)
     return tuple(extension("flash_fp32").module(q.device).flash_forward(
         q, k, v, none if bias is None else bias,
@@ -91,7 +93,8 @@ def flash_attention_fp32(q, k, v, *, causal=False, scale=None, attn_mask=None,
     """softmax(q kᵀ · scale + mask) v by the fused fp32 kernel. Inputs as for
     :func:`attnbook.attention` (q [*batch, H, Sq, D], k and v [*batch, Hkv, Sk, D], any
     strides, on a GPU or on the CPU for the emulator; causal aligned bottom-right).
-    ``step``: 1 (a thread per query row) or 2 (register tiles, the default);
+    ``step``: 1 (a thread per query row), 2 (register tiles) or 3 (register tiles
+    sized for occupancy), ``FLASH_FP32_FASTEST`` by default;
     ``tiles`` = (Br, Bc): the step's own (``FLASH_FP32_TILES``), or for step 1 at
     D = 64 any of ``FLASH_FP32_SWEEP``. Returns o (and the log-sum-exp
     [*batch, H, Sq] if ``return_lse``)."""
