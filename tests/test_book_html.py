@@ -6,12 +6,14 @@ Each page of ``_build/html`` (``jupyter-book build .``) is loaded in headless Ch
 driven over its DevTools pipe, with MathJax typesetting the equations (a local MathJax
 3: the pages load it from a CDN), and a script lists the elements that stick out of the
 article element or scroll because their content is wider than they are."""
+import fcntl
 import json
 import os
 import pathlib
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -45,10 +47,6 @@ MEASURE = """(async () => {
       width: Math.max(Math.round(el.getBoundingClientRect().width), el.scrollWidth),
       text: el.textContent.trim().slice(0, 70)}))};
 })()"""
-
-LOADED = """new Promise(done => document.readyState === "complete" ? done()
-                             : addEventListener("load", () => done()))"""
-
 
 def chromium():
     return shutil.which("chromium") or shutil.which("chromium-browser")
@@ -85,9 +83,11 @@ class Browser:
         to_browser, self._commands = os.pipe()
         self._answers, from_browser = os.pipe()
 
-        def pipes():
-            os.dup2(to_browser, 3)
-            os.dup2(from_browser, 4)
+        def pipes():   # in the child, by way of fds above 9: either may be 3 or 4
+            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+                    for fd in (to_browser, from_browser)]
+            for fd, wanted in zip(high, (3, 4)):
+                os.dup2(fd, wanted)
 
         self.process = subprocess.Popen(
             [chromium(), "--headless", "--disable-gpu", "--no-sandbox",
@@ -124,10 +124,18 @@ class Browser:
         return result["result"].get("value")
 
     def measure(self, url: str) -> dict:
-        target = self.send("Target.createTarget", url=url)["targetId"]
+        target = self.send("Target.createTarget", url="about:blank")["targetId"]
         session = self.send("Target.attachToTarget", targetId=target,
                             flatten=True)["sessionId"]
-        self.evaluate(session, LOADED)
+        self.send("Page.navigate", session, url=url)
+        deadline = time.monotonic() + 60
+        while True:   # until the page, not about:blank, has loaded
+            state = self.send("Runtime.evaluate", session, returnByValue=True,
+                              expression="location.href + ' ' + document.readyState")
+            if state.get("result", {}).get("value") == f"{url} complete":
+                break
+            assert time.monotonic() < deadline, f"{url} did not load in 60 s"
+            time.sleep(0.1)
         report = self.evaluate(session, MEASURE)
         self.send("Target.closeTarget", targetId=target)
         return report
