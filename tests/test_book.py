@@ -214,6 +214,52 @@ def test_code_a_reader_sees_fits_88_columns():
     assert not too_long, f"lines over 88 columns: {sorted(set(too_long))[:20]}"
 
 
+# Notebooks whose stored outputs predate the package's wrapping of what it prints to 88
+# columns and are being edited elsewhere: their outputs are checked once they are
+# re-run.
+PENDING_RERUN = {"07_fused_fp32_kernel.ipynb", "10_end_to_end.ipynb"}
+
+
+def long_output_lines(cells):
+    """(cell index, line) of each stored output line over 88 columns that a reader
+    sees: stream text, and text/plain results that have no richer form shown instead
+    (a widget, HTML, an image)."""
+    found = []
+    for n, c in enumerate(cells):
+        for o in c.get("outputs", []):
+            if o["output_type"] == "stream":
+                text = "".join(o["text"])
+            elif set(o.get("data", {})) == {"text/plain"}:
+                text = "".join(o["data"]["text/plain"])
+            else:
+                continue
+            found += [(n, line) for line in text.splitlines() if len(line) > 88]
+    return found
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_output_a_reader_sees_fits_88_columns(nb):
+    """Printed text and results wrap to the text column, as the code does."""
+    if nb.name in PENDING_RERUN:
+        pytest.skip(f"{nb.name}: its outputs are to be re-run (PENDING_RERUN)")
+    too_long = long_output_lines(json.loads(nb.read_text())["cells"])
+    assert not too_long, f"{nb.name}: output lines over 88 columns: {too_long[:10]}"
+
+
+def test_long_output_lines_sees_what_a_reader_sees():
+    import nbformat
+    v4 = nbformat.v4
+    wide, fits = "x" * 89, "x" * 88
+    stream = v4.new_output("stream", text=f"{fits}\n{wide}\n")
+    cells = [v4.new_code_cell(outputs=[stream]),
+             v4.new_code_cell(outputs=[v4.new_output("execute_result",
+                                                     {"text/plain": wide})]),
+             v4.new_code_cell(outputs=[v4.new_output("display_data",
+                                                     {"text/plain": wide,
+                                                      "image/png": "iVBORw0KGgo="})])]
+    assert long_output_lines(cells) == [(0, wide), (1, wide)]
+
+
 def test_a_notebooks_cells_stay_together_and_in_order_under_xdist(tmp_path):
     """The README's `pytest -n auto --nbval`: with this repository's conftest.py, each
     notebook runs whole on one worker (its cells share one Jupyter kernel), whatever

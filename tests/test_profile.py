@@ -81,7 +81,10 @@ def test_report_prints_a_table_per_launch():
     assert report.launches[0].grid == (8, 1, 1) and report.launches[0].barriers == 8
     text = str(report)
     assert "kernel 'block_sum' grid (8, 1, 1) block (128, 1, 1)" in text
-    assert f"\n{line_of('strided'):<22}global  load" in text
+    # a file's name on a line of its own, then its lines' rows; 88 columns at most
+    file, _, line = line_of("strided").rpartition(":")
+    assert f"\n{file}\n  {line:<6}global  load" in text
+    assert max(len(row) for row in text.splitlines()) <= 88
     assert out.item() == x.sum().item()
 
 

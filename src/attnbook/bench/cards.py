@@ -36,7 +36,7 @@ from ..ops.flash_tc import flash_attention_tc
 from ..ops.gemm import gemm
 from ..ops.kv_cache import kv_cache_append
 from ..ops.softmax import softmax
-from ..toolchain import occupancy, profile, ptxas_report
+from ..toolchain import occupancy, profile, ptxas_report, wrap
 from ..toolchain.compile import kernel_source
 from .harness import PEAKS, attention_bytes, attention_flops
 
@@ -138,7 +138,7 @@ class Card:
                            f"{m['bytes_per_request']:.0f} B/req, {per}")
         out.append("  lower bound (least bytes / counted bytes): " + ", ".join(
             f"{d} {a:.2f} / {b:.2f} µs" for d, (a, b) in self.bounds_us.items()))
-        return "\n".join(out)
+        return wrap("\n".join(out))
 
 
 def _base(name: str) -> str:

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..toolchain.devices import GPUS
+from ..toolchain.text import wrap
 
 __all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_bytes",
            "pytorch_attention", "Result", "machine_record", "measure", "save", "load",
@@ -163,7 +164,8 @@ class Result:
 
     def table(self, columns=("impl", "ms", "tflops", "gbs", "pct_peak"),
               **where) -> str:
-        """The rows as a Markdown table (unsupported runs show their reason)."""
+        """The rows as a Markdown table (unsupported runs show their reason's first
+        sentence)."""
         rows = self.select(**where)
         keys = [c for c in columns if any(c in r for r in rows)]
         lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
@@ -172,7 +174,8 @@ class Result:
             for key in keys:
                 val = r.get(key)
                 if key == "ms" and val is None:
-                    val = "unsupported: " + r.get("error", "")[:60]
+                    # its first sentence ("No available kernel. Aborting ...")
+                    val = "unsupported: " + r.get("error", "").split(". ")[0][:40]
                 elif isinstance(val, float):
                     val = f"{val:.3g}" if key != "pct_peak" else f"{val:.1f}%"
                 cells.append("" if val is None else str(val))
@@ -263,14 +266,15 @@ def run_or_load(chapter: str, suite):
     numbers come from."""
     if torch.cuda.is_available() and os.environ.get("ATTNBOOK_BENCH") != "recorded":
         result = Result(chapter, rows=suite(), machine=machine_record())
-        print(f"measured now and saved to {save(result)}: {result.describe()}")
+        print(wrap(f"measured now and saved to {save(result)}: {result.describe()}"))
         return [result]
     recorded = load(chapter)
     if not recorded:
-        print(f"No GPU here, and no results are recorded yet for chapter {chapter}: "
-              "run this notebook on a GPU (for instance in Colab) to measure them.")
+        print(wrap(f"No GPU here, and no results are recorded yet for chapter "
+                   f"{chapter}: run this notebook on a GPU (for instance in Colab) to "
+                   "measure them."))
     for r in recorded:
-        print("recorded results:", r.describe())
+        print(wrap(f"recorded results: {r.describe()}"))
     return recorded
 
 

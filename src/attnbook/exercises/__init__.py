@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..toolchain import CompileError, compile, has_gpu, thread_order
+from ..toolchain import CompileError, compile, has_gpu, thread_order, wrap
 from .catalog import EXERCISES
 
 __all__ = ["grade", "skeleton", "solution", "GradeReport", "EXERCISES"]
@@ -33,7 +33,7 @@ class GradeReport:
 
     def __str__(self):
         head = f"{self.exercise}: {'passed' if self.passed else 'not yet'}"
-        return "\n".join([head] + [f"  {line}" for line in self.lines])
+        return wrap("\n".join([head] + [f"  {line}" for line in self.lines]))
 
 
 def skeleton(name: str) -> str:
@@ -53,15 +53,15 @@ def _exercise(name):
 
 
 def _first_difference(got, want, rtol, atol):
-    """A sentence on where ``got`` and ``want`` first differ, or None if they agree:
+    """Where ``got`` and ``want`` first differ, a phrase a line, or [] if they agree:
     how many values are wrong, the first, how many are NaN or infinite where the
     answer is not (and the reverse), and the largest error among the finite ones."""
     if got.shape != want.shape:
-        return f"shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        return [f"shape {tuple(got.shape)}, expected {tuple(want.shape)}"]
     g, w = got.double(), want.double()
     bad = ~torch.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
     if not bad.any():
-        return None
+        return []
 
     def first(mask):
         return tuple(int(i) for i in mask.nonzero()[0])
@@ -78,7 +78,7 @@ def _first_difference(got, want, rtol, atol):
     if finite.any():
         parts.append(f"max error {(g - w).abs()[finite].max().item():.3g} "
                      "among the finite ones")
-    return "; ".join(parts)
+    return parts
 
 
 def grade(name: str, source: str, *, backend: str | None = None) -> GradeReport:
@@ -111,7 +111,8 @@ def grade(name: str, source: str, *, backend: str | None = None) -> GradeReport:
             wrong = _first_difference(got, want, ex.rtol, ex.atol)
             if wrong:
                 under = f" under thread order '{order[0]}'" if order else ""
-                return GradeReport(name, False, [f"case {case}{under}: {wrong}"])
+                return GradeReport(name, False, [f"case {case}{under}:",
+                                                 *(f"  {part}" for part in wrong)])
     checked = f"{len(ex.cases())} cases" + (f" × {len(orders)} thread orders"
                                             if backend == "emulator" else "")
     lines = [f"correct on {checked}"]

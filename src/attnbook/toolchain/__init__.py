@@ -12,3 +12,4 @@ from .occupancy import occupancy
 from .ptxas import find_nvcc, ptxas_report
 from .sanitizer import (MemcheckError, ProfileReport, RaceError, SanitizerError,
                         profile, sanitize)
+from .text import WIDTH, wrap

@@ -76,6 +76,8 @@ import subprocess
 
 import torch
 
+from .text import wrap
+
 __all__ = ["sanitize", "profile", "SanitizerError", "MemcheckError", "RaceError",
            "ProfileReport", "LaunchProfile", "LineCounts"]
 
@@ -326,14 +328,17 @@ class LaunchProfile:
         raise KeyError(f"no {space} {op} on {location} in kernel {self.kernel!r}")
 
     def __str__(self):
-        head = (f"kernel '{self.kernel}' grid {self.grid} block {self.block}, "
-                f"{self.shared_bytes} B dynamic shared, {self.barriers} barriers")
-        w = max([22] + [len(r.location) + 1 for r in self.rows])   # the line column
-        cols = (f"{'line':<{w}}{'space':<8}{'op':<7}{'requests':>10}{'sectors':>10}"
-                f"{'/req':>7}{'wavefr.':>10}{'ways':>6}{'bytes':>12}")
-        out = [head, cols]
-        for r in self.rows:
-            row = f"{r.location:<{w}}{r.space:<8}{r.op:<7}{r.requests:>10}"
+        out = [wrap(f"kernel '{self.kernel}' grid {self.grid} block {self.block}"),
+               f"  {self.shared_bytes} B dynamic shared, {self.barriers} barriers",
+               f"{'line':<8}{'space':<8}{'op':<7}{'requests':>10}{'sectors':>10}"
+               f"{'/req':>7}{'wavefr.':>10}{'ways':>6}{'bytes':>12}"]
+        shown = None
+        for r in self.rows:   # a file's name on a line of its own, then its lines
+            file, _, line = r.location.rpartition(":")
+            if file != shown:
+                out.append(file or r.location)
+                shown = file
+            row = f"{'  ' + line:<8}{r.space:<8}{r.op:<7}{r.requests:>10}"
             if r.space == "global":
                 row += f"{r.units:>10}{r.per_request:>7.2f}{'':>16}{r.bytes:>12}"
             elif r.space == "shared":
