@@ -214,12 +214,6 @@ def test_code_a_reader_sees_fits_88_columns():
     assert not too_long, f"lines over 88 columns: {sorted(set(too_long))[:20]}"
 
 
-# Notebooks whose stored outputs predate the package's wrapping of what it prints to 88
-# columns and are being edited elsewhere: their outputs are checked once they are
-# re-run.
-PENDING_RERUN = {"07_fused_fp32_kernel.ipynb", "10_end_to_end.ipynb"}
-
-
 def long_output_lines(cells):
     """(cell index, line) of each stored output line over 88 columns that a reader
     sees: stream text, and text/plain results that have no richer form shown instead
@@ -240,8 +234,6 @@ def long_output_lines(cells):
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_output_a_reader_sees_fits_88_columns(nb):
     """Printed text and results wrap to the text column, as the code does."""
-    if nb.name in PENDING_RERUN:
-        pytest.skip(f"{nb.name}: its outputs are to be re-run (PENDING_RERUN)")
     too_long = long_output_lines(json.loads(nb.read_text())["cells"])
     assert not too_long, f"{nb.name}: output lines over 88 columns: {too_long[:10]}"
 

@@ -17,8 +17,6 @@ import time
 
 import pytest
 
-from test_book import PENDING_RERUN
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 MATHJAX_CDN = "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"
@@ -163,9 +161,6 @@ def browser(tmp_path_factory):
                     "mathjax@3, or set ATTNBOOK_MATHJAX to its es5/tex-mml-chtml.js)")
 @pytest.mark.parametrize("page", pages(), ids=lambda p: p.name)
 def test_nothing_is_wider_than_the_text_column(page, browser, tmp_path):
-    if f"{page.stem}.ipynb" in PENDING_RERUN:
-        pytest.skip(f"{page.name}: its notebook's outputs are to be re-run "
-                    "(tests/test_book.py's PENDING_RERUN)")
     copy = tmp_path / page.name
     copy.write_text(offline(page, local_mathjax()))
     report = browser.measure(copy.as_uri())

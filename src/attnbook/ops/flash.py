@@ -75,7 +75,7 @@ def check_flash_config(d: int, tiles=None, step: int = FLASH_FP32_FASTEST) -> tu
         raise ValueError(f"step must be one of {tuple(FLASH_FP32_STEPS)}, got {step!r}")
     if d not in FLASH_FP32_HEAD_DIMS:
         raise ValueError(f"head_dim {d} is not supported by the fused kernel "
-                         f"(impl='flash'): use one of {FLASH_FP32_HEAD_DIMS};\n"
+                         f"(impl='flash'):\nuse one of {FLASH_FP32_HEAD_DIMS}; "
                          "impl='naive' and impl='tiled' take any head_dim")
     own = FLASH_FP32_TILES[step]
     tiles = own if tiles is None else tuple(tiles)
