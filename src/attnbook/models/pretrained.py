@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import gzip
 import pathlib
 import re
@@ -42,8 +43,9 @@ _WORD = r"[A-Za-z']+(?=[^A-Za-z'])"
 TRAINING = dict(steps=3000, batch=16, context=64, lr=3e-3, seed=0)
 
 
+@functools.lru_cache(maxsize=1)
 def shakespeare() -> str:
-    """The whole text (1,115,394 characters)."""
+    """The whole text (1,115,394 characters), read once."""
     with gzip.open(HERE / "data" / "tinyshakespeare.txt.gz", "rt") as f:
         return f.read()
 
@@ -113,8 +115,13 @@ def known_words(texts) -> float:
     """The share of the complete words of ``texts`` (a word ends at a character that
     is not a letter or an apostrophe) that occur in Shakespeare's text."""
     words = [w for text in texts for w in re.findall(_WORD, text)]
-    known = set(re.findall(_WORD, shakespeare()))
+    known = _words_of_the_plays()
     return sum(w in known for w in words) / max(len(words), 1)
+
+
+@functools.lru_cache(maxsize=1)
+def _words_of_the_plays() -> frozenset:
+    return frozenset(re.findall(_WORD, shakespeare()))
 
 
 def save(cm: CharModel, path=CHECKPOINT):
