@@ -132,19 +132,19 @@ def chapter05():
 
 
 def chapter07():
-    """The fused kernel (step 2, and step 1 beside it) against naive, tiled, eager and
-    every SDPA backend at the headline shapes (B=4, H=8, D=64, fp32, S = 512 … 4096),
-    without and with causal; then step 1's Br×Bc sweep at S = 2048."""
+    """The fused kernel (step 2, steps 1 and 3 beside it) against naive, tiled, eager
+    and every SDPA backend at the headline shapes (B=4, H=8, D=64, fp32, S = 512 …
+    4096), without and with causal; then step 1's Br×Bc sweep at S = 2048."""
     lengths = (512, 1024, 2048, 4096)
     rows = (attention_suite(["flash", "tiled", "naive"], lengths)
             + attention_suite(["flash", "tiled"], lengths, causal=True))
     peaks, S = bench.device_peaks(), 2048
-    for n in lengths:   # step 1, beside step 2
+    for n in lengths:   # steps 1 and 3, beside step 2
         q, k, v = _qkv(n)
-        for causal in (False, True):
+        for causal, step in itertools.product((False, True), (1, 3)):
             rows.append(bench.measure(
-                "attnbook flash step 1",
-                lambda: flash_attention_fp32(q, k, v, causal=causal, step=1),
+                f"attnbook flash step {step}",
+                lambda: flash_attention_fp32(q, k, v, causal=causal, step=step),
                 dict(S=n, B=B, H=H, D=D, causal=causal, dtype="float32"),
                 flops=bench.attention_flops(B, H, n, n, D, causal),
                 bytes=bench.attention_bytes(B, H, n, n, D), peaks=peaks))
