@@ -379,6 +379,41 @@ def test_cached_extension_loads_in_a_new_process_without_rebuilding(tmp_path):
     assert run().stdout.endswith("2.0\n")
 
 
+def test_a_number_in_an_error_message_survives_a_static_libstdcxx(tmp_path):
+    """A linker that finds libstdc++.a before libstdc++.so put a second, uninitialised
+    libstdc++ into every extension: TORCH_CHECK(ok, "got ", n) then lost its number
+    (GCC 12) or crashed the process (GCC 13, the lent H200). Simulated with a compiler
+    whose link sees the archive first."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+    archive = subprocess.run(["c++", "-print-file-name=libstdc++.a"],
+                             capture_output=True, text=True).stdout.strip()
+    if not os.path.isabs(archive):
+        pytest.skip("this compiler has no libstdc++.a to link")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libstdc++.a").symlink_to(archive)
+    cxx = tmp_path / "c++"
+    cxx.write_text(f'#!/bin/sh\nexec c++ "$@" -L{tmp_path / "lib"}\n')
+    cxx.chmod(0o755)
+    name = f"numbers_{uuid.uuid4().hex[:8]}"   # a new build every run
+    script = (
+        "import attnbook as ab\n"
+        f"m = ab.compile({name!r}, '', 'void check(int64_t n) "
+        "{ TORCH_CHECK(n < 0, \"got \", n); }', ['check'], backend='emulator')\n"
+        "try:\n    m.check(12345)\nexcept RuntimeError as e:\n"
+        "    print(str(e).splitlines()[0])\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, CXX=str(cxx)))
+    from torch.utils.cpp_extension import get_default_build_root
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    for build in pathlib.Path(root).glob(f"{name}_*"):
+        subprocess.run(["rm", "-rf", str(build)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "got 12345"
+
+
 @pytest.mark.parametrize("checked", [False, True])
 def test_an_emulator_build_reads_the_precompiled_torch_header(checked, tmp_path,
                                                               monkeypatch):

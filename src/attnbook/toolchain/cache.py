@@ -9,7 +9,15 @@ import logging
 import pathlib
 import warnings
 
-__all__ = ["build_directory", "build_lock", "quiet_build", "cpp_extension"]
+__all__ = ["build_directory", "build_lock", "quiet_build", "cpp_extension", "LINK_FLAGS"]
+
+# Every extension links the shared libstdc++ by name, ahead of the -lstdc++ the
+# compiler adds. Where the linker finds libstdc++.a first, -lstdc++ alone copies a
+# second libstdc++, whose locale is never set up, into the extension: a number streamed
+# into an error message (TORCH_CHECK(ok, "got ", n)) prints nothing (GCC 12) or crashes
+# the process (GCC 13; the lent H200's extensions held libstdc++'s own code). Named
+# first, the shared library resolves every symbol and the archive adds none.
+LINK_FLAGS = ["-l:libstdc++.so.6"]
 
 
 class _Quiet(logging.Filter):

@@ -29,7 +29,8 @@ import time
 import torch
 
 from . import emulator, ptx
-from .cache import build_directory, build_lock, cpp_extension, quiet_build
+from .cache import (LINK_FLAGS, build_directory, build_lock, cpp_extension,
+                    quiet_build)
 
 __all__ = ["compile", "kernel_source", "CompileError",
            "default_backend", "KERNEL_DIR", "INCLUDE_DIR"]
@@ -227,7 +228,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
             f"-U__CUDA_NO_{m}__" for m in ("HALF_OPERATORS", "HALF_CONVERSIONS",
                                           "HALF2_OPERATORS", "BFLOAT16_CONVERSIONS")]
     key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, cuda, *cflags,
-                                    *cuda_flags, *functions,
+                                    *cuda_flags, *LINK_FLAGS, *functions,
                                     *emulator_headers(),
                                     (INCLUDE_DIR / "attnbook_torch.h").read_text(),
                                     torch.__version__]).encode()).hexdigest()[:12]
@@ -244,7 +245,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                 name=full_name, cpp_sources=cpp, cuda_sources=cu or None,
                 functions=functions,
                 extra_cflags=cflags,
-                extra_cuda_cflags=cuda_flags or None,
+                extra_cuda_cflags=cuda_flags or None, extra_ldflags=LINK_FLAGS,
                 extra_include_paths=[str(p) for p in (*includes, INCLUDE_DIR, *search)],
                 with_cuda=backend == "cuda", no_implicit_headers=True, verbose=verbose)
     except (RuntimeError, ImportError) as e:

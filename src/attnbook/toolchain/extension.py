@@ -26,6 +26,7 @@ import time
 import torch
 
 from . import emulator, ptx
+from .cache import LINK_FLAGS
 from .compile import (BACKENDS, CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR,
                       EMULATOR_TARGET, INCLUDE_DIR, CompileError, arch_list,
                       arch_number, build_lock, device_arch, short_error,
@@ -103,7 +104,8 @@ def load_extension(path_or_text=None, name: str | None = None, *, sources=None,
 
 
 def _key(*parts) -> str:
-    return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:12]
+    return hashlib.sha256("\0".join(map(str, [*parts, *LINK_FLAGS])).encode()
+                          ).hexdigest()[:12]
 
 
 class _Twin:
@@ -169,7 +171,7 @@ class Build:
             with quiet_build(self.verbose), build_lock(full, self.verbose):
                 module = cpp_extension.load(
                     name=full, sources=paths, extra_cflags=cflags,
-                    extra_cuda_cflags=cuda_cflags or None,
+                    extra_cuda_cflags=cuda_cflags or None, extra_ldflags=LINK_FLAGS,
                     extra_include_paths=[str(p) for p in includes],
                     verbose=self.verbose)
         except (RuntimeError, ImportError) as e:
