@@ -12,7 +12,8 @@ import torch
 import attnbook as ab
 from attnbook.gpu import ncu
 from attnbook.gpu.__main__ import main
-from attnbook.gpu.stages import COMMAND_LIMIT_S, ROOT, STAGES, commands_of, plan
+from attnbook.gpu.stages import (COMMAND_LIMIT_S, ROOT, STAGES, commands_of, outcomes,
+                                  plan)
 
 
 def test_dry_run_lists_every_stage_in_commands_that_fit(tmp_path, capsys):
@@ -125,3 +126,38 @@ def test_ncu_profiles_launches_that_exist():
     """The first H200 run stopped at a name the launches had lost ('flash fp32')."""
     from attnbook.gpu.launches import LAUNCHES
     assert set(ncu.KERNELS) <= set(LAUNCHES)
+
+
+def test_the_record_says_what_failed_even_when_a_worker_dies(tmp_path):
+    """Each outcome lands in the record as it comes, from the controller only, with the
+    end of a failure's report; a test that kills its worker is recorded too."""
+    (tmp_path / "test_three.py").write_text(
+        "import os, signal\n"
+        "def test_passes(): pass\n"
+        "def test_fails(): assert 1 + 1 == 3, 'arithmetic'\n"
+        "def test_crashes(): os.kill(os.getpid(), signal.SIGSEGV)\n")
+    record = tmp_path / "record.jsonl"
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                    "-p", "attnbook.gpu.record", "--record-to", str(record), "-q",
+                    "-n", "2", "--dist", "load", str(tmp_path / "test_three.py")],
+                   capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    outcome = {line["test"].split("::")[1]: line for line in lines}
+    assert len(lines) == len(outcome) == 3, lines
+    assert outcome["test_passes"]["outcome"] == "passed"
+    assert outcome["test_fails"]["outcome"] == "failed"
+    assert "arithmetic" in outcome["test_fails"]["report"]
+    assert outcome["test_crashes"]["outcome"] == "failed"
+    assert "crashed" in outcome["test_crashes"]["report"]
+    summary = outcomes(record)
+    assert summary["outcomes"] == {"passed": 1, "failed": 2}
+    assert sorted(t.split("::")[1] for t in summary["failed_tests"]) == \
+        ["test_crashes", "test_fails"]
+
+
+def test_every_pytest_stage_records_its_outcomes():
+    for stage in STAGES:
+        for argv in stage.argv(ROOT / "run" / stage.name, 2):
+            if "pytest" in argv:
+                assert argv[argv.index("--record-to") + 1] == \
+                    str(ROOT / "run" / stage.name / "record.jsonl")
