@@ -3,6 +3,7 @@ committed executed top to bottom with its outputs."""
 import json
 import pathlib
 import re
+import unicodedata
 
 import pytest
 import yaml
@@ -101,6 +102,15 @@ def markdown_text(nb_path):
     cells = json.loads(nb_path.read_text())["cells"]
     return "\n".join("".join(c["source"]) for c in cells
                      if c["cell_type"] == "markdown")
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_control_character_in_the_text(nb):
+    """A LaTeX command written in a Python string without an r prefix loses its
+    backslash to an escape: "\\top" becomes a tab and "op" (chapter 11's summary)."""
+    bad = sorted({repr(c) for c in markdown_text(nb)
+                  if unicodedata.category(c) == "Cc" and c != "\n"})
+    assert not bad, f"control characters in the markdown: {bad}"
 
 
 def referenced_chapters(text):

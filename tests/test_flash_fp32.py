@@ -107,7 +107,7 @@ def test_uncompiled_tiles_and_steps_are_rejected(device):
         ab.flash_attention_fp32(q, k, v, step=1, tiles=(32, 32))
     with pytest.raises(ValueError, match=r"tiles \(64, 32\) are not compiled for "
                                          r"step 2 at head_dim 32: use \(64, 64\)"):
-        ab.flash_attention_fp32(q, k, v, tiles=(64, 32))
+        ab.flash_attention_fp32(q, k, v, step=2, tiles=(64, 32))
     with pytest.raises(ValueError, match=r"step must be one of \(1, 2, 3\), got 4"):
         ab.flash_attention_fp32(q, k, v, step=4)
 

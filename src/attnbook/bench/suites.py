@@ -15,7 +15,7 @@ import torch
 from . import harness as bench
 from ..ops.attention import attention, three_kernels
 from ..ops.decode import choose_num_splits, decode_attention
-from ..ops.flash import FLASH_FP32_SWEEP, flash_attention_fp32
+from ..ops.flash import FLASH_FP32_STEPS, FLASH_FP32_SWEEP, flash_attention_fp32
 from ..ops.flash_tc import TC_STEPS, TC_SWEEP, TC_TILES, flash_attention_tc
 from ..ops.gemm import GEMM_STEPS, gemm
 from ..ops.softmax import SOFTMAX_KERNELS, softmax
@@ -132,16 +132,16 @@ def chapter05():
 
 
 def chapter07():
-    """The fused kernel (step 2, steps 1 and 3 beside it) against naive, tiled, eager
-    and every SDPA backend at the headline shapes (B=4, H=8, D=64, fp32, S = 512 …
-    4096), without and with causal; then step 1's Br×Bc sweep at S = 2048."""
+    """The fused kernel's three steps against naive, tiled, eager and every SDPA backend
+    at the headline shapes (B=4, H=8, D=64, fp32, S = 512 … 4096), without and with
+    causal; then step 1's Br×Bc sweep at S = 2048."""
     lengths = (512, 1024, 2048, 4096)
-    rows = (attention_suite(["flash", "tiled", "naive"], lengths)
-            + attention_suite(["flash", "tiled"], lengths, causal=True))
+    rows = (attention_suite(["tiled", "naive"], lengths)
+            + attention_suite(["tiled"], lengths, causal=True))
     peaks, S = bench.device_peaks(), 2048
-    for n in lengths:   # steps 1 and 3, beside step 2
+    for n in lengths:
         q, k, v = _qkv(n)
-        for causal, step in itertools.product((False, True), (1, 3)):
+        for causal, step in itertools.product((False, True), FLASH_FP32_STEPS):
             rows.append(bench.measure(
                 f"attnbook flash step {step}",
                 lambda: flash_attention_fp32(q, k, v, causal=causal, step=step),
