@@ -385,6 +385,7 @@ def test_a_number_in_an_error_message_survives_a_static_libstdcxx(tmp_path):
     (GCC 12) or crashed the process (GCC 13, the lent H200). Simulated with a compiler
     whose link sees the archive first."""
     import os
+    import shutil
     import subprocess
     import sys
     import uuid
@@ -409,7 +410,7 @@ def test_a_number_in_an_error_message_survives_a_static_libstdcxx(tmp_path):
     from torch.utils.cpp_extension import get_default_build_root
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
     for build in pathlib.Path(root).glob(f"{name}_*"):
-        subprocess.run(["rm", "-rf", str(build)])
+        shutil.rmtree(build, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "got 12345"
 

@@ -14,6 +14,7 @@ other.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -188,11 +189,9 @@ def outcomes(path: pathlib.Path, listed: int = 50) -> dict:
     """How many tests of a pytest stage's record passed, failed, were skipped, and the
     first ``listed`` that did not pass."""
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    counts = {}
-    for line in lines:
-        counts[line["outcome"]] = counts.get(line["outcome"], 0) + 1
     failed = [line["test"] for line in lines if line["outcome"] == "failed"]
-    return dict(outcomes=counts, failed_tests=failed[:listed])
+    return dict(outcomes=dict(collections.Counter(line["outcome"] for line in lines)),
+                failed_tests=failed[:listed])
 
 
 def _version(argv) -> str | None:

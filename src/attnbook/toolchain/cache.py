@@ -16,7 +16,8 @@ __all__ = ["build_directory", "build_lock", "quiet_build", "cpp_extension", "LIN
 # second libstdc++, whose locale is never set up, into the extension: a number streamed
 # into an error message (TORCH_CHECK(ok, "got ", n)) prints nothing (GCC 12) or crashes
 # the process (GCC 13; the lent H200's extensions held libstdc++'s own code). Named
-# first, the shared library resolves every symbol and the archive adds none.
+# first, the shared library resolves every symbol and the archive adds none. (A build
+# made without it is relinked: ninja reruns a step whose command line changed.)
 LINK_FLAGS = ["-l:libstdc++.so.6"]
 
 

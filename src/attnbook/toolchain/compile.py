@@ -228,7 +228,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
             f"-U__CUDA_NO_{m}__" for m in ("HALF_OPERATORS", "HALF_CONVERSIONS",
                                           "HALF2_OPERATORS", "BFLOAT16_CONVERSIONS")]
     key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, cuda, *cflags,
-                                    *cuda_flags, *LINK_FLAGS, *functions,
+                                    *cuda_flags, *functions,
                                     *emulator_headers(),
                                     (INCLUDE_DIR / "attnbook_torch.h").read_text(),
                                     torch.__version__]).encode()).hexdigest()[:12]

@@ -104,8 +104,7 @@ def load_extension(path_or_text=None, name: str | None = None, *, sources=None,
 
 
 def _key(*parts) -> str:
-    return hashlib.sha256("\0".join(map(str, [*parts, *LINK_FLAGS])).encode()
-                          ).hexdigest()[:12]
+    return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:12]
 
 
 class _Twin:

@@ -44,8 +44,7 @@ SOURCE = pathlib.Path(__file__).with_name("guard.cpp")
 def _allocator() -> ctypes.CDLL:
     """guard.cpp's library, built on first use (a few seconds, once per machine)."""
     text = SOURCE.read_text()
-    key = hashlib.sha256(f"{text}\0{torch.__version__}\0{LINK_FLAGS}".encode()
-                         ).hexdigest()[:12]
+    key = hashlib.sha256(f"{text}\0{torch.__version__}".encode()).hexdigest()[:12]
     name = f"attnbook_guard_{key}"
     with quiet_build(), build_lock(name, False):
         path = cpp_extension.load(name=name, sources=[str(SOURCE)],
