@@ -67,7 +67,7 @@ def low_precision_grads(q, k, v, do, mask):
 def check_grads(got, q, k, v, do, opts, mask, what=""):
     """Each gradient's largest error against float64 is at most twice PyTorch's in the
     same dtype, plus 1e-3 of the gradient's largest entry."""
-    want = reference_grads(q, k, v, do, opts)
+    want = [g.cpu() for g in reference_grads(q, k, v, do, opts)]
     yardstick = low_precision_grads(q, k, v, do, mask)
     for name, ours, theirs, exact in zip(("dq", "dk", "dv"), got, yardstick, want):
         assert ours.dtype == q.dtype and ours.shape == exact.shape

@@ -31,7 +31,9 @@ def flash_tc_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      block_q: int, block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Step ``step`` of chapter 8 on checked fp16/bf16 inputs (head_dim 64 or 128): o
     [B, H, Sq, D] in q's dtype and the float32 log-sum-exp [B, H, Sq]. Inputs whose rows
-    do not start on 16 bytes are copied first."""
+    do not start on 16 bytes are copied first; on a GPU, first the device's checks
+    (inside the op, which ``torch.compile`` does not trace)."""
+    _check_device(q.dtype, q.device, step, q.shape[-1], (block_q, block_k))
     module = extension("flash_tc").module(q.device)
     none = q.new_empty(0, dtype=torch.float32)
     return tuple(module.forward(
@@ -94,7 +96,6 @@ def tc_forward(a, step: int = 5, tiles=None):
                          f"at most {max(TC_HEAD_DIMS)}")
     dp = min(x for x in TC_HEAD_DIMS if x >= d)
     tiles = _tiles(step, dp, tiles)
-    _check_device(a.q.dtype, a.q.device, step, dp, tiles)
     check_no_mask_grad(a)
     qkv = ((a.q, a.k, a.v) if dp == d
            else (F.pad(t, (0, dp - d)) for t in (a.q, a.k, a.v)))
