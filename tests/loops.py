@@ -8,9 +8,9 @@ import math
 import torch
 
 
-def admitted(i, j, sq, sk, causal, stride, window, length):
+def admitted(i, j, sq, sk, is_causal, stride, window, length):
     pos = i + sk - sq                      # bottom-right alignment
-    if causal and j > pos:
+    if is_causal and j > pos:
         return False
     if stride is not None and j % stride != 0:
         return False
@@ -19,7 +19,7 @@ def admitted(i, j, sq, sk, causal, stride, window, length):
     return length is None or j < length
 
 
-def attention_loops(q, k, v, scale=None, causal=False, stride=None, window=None,
+def attention_loops(q, k, v, scale=None, is_causal=False, stride=None, window=None,
                     key_lengths=None, attn_mask=None):
     b, h, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
@@ -35,7 +35,7 @@ def attention_loops(q, k, v, scale=None, causal=False, stride=None, window=None,
             for i in range(sq):
                 scores = {}
                 for j in range(sk):
-                    if not admitted(i, j, sq, sk, causal, stride, window, length):
+                    if not admitted(i, j, sq, sk, is_causal, stride, window, length):
                         continue
                     s = float(q[bi, hi, i] @ k[bi, g, j]) * scale
                     if mask is not None:

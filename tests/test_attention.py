@@ -33,7 +33,7 @@ def mask_options(kind, shape, device):
     if kind == "none":
         return {}, {}
     if kind == "causal":
-        return dict(is_causal=True), dict(causal=True)
+        return dict(is_causal=True), dict(is_causal=True)
     if kind == "key_padding":
         lengths = torch.tensor([max(0, sk - 3 * i) for i in range(b)], device=device)
         return dict(key_lengths=lengths), dict(key_lengths=lengths)
@@ -46,11 +46,11 @@ def mask_options(kind, shape, device):
     if kind == "strided":
         return dict(stride=3), dict(stride=3)
     if kind == "strided_causal":
-        return dict(stride=2, is_causal=True), dict(stride=2, causal=True)
+        return dict(stride=2, is_causal=True), dict(stride=2, is_causal=True)
     if kind == "window":
         return dict(window=3), dict(window=3)
     if kind == "window_causal":
-        return dict(window=4, is_causal=True), dict(window=4, causal=True)
+        return dict(window=4, is_causal=True), dict(window=4, is_causal=True)
     raise AssertionError(kind)
 
 
@@ -73,7 +73,7 @@ def test_large_magnitudes_and_empty_rows(impl, device):
     # scores ~ ±1e4
     q, k, v = inputs((1, 2, 2, 70, 6, 32), device, seed=2, magnitude=30.0)
     out = ab.attention(q, k, v, is_causal=True, impl=impl)          # 64 rows see no key
-    want = ab.attention_reference(q, k, v, causal=True, float64=True)
+    want = ab.attention_reference(q, k, v, is_causal=True, float64=True)
     assert torch.isfinite(out).all() and (out[:, :, :64] == 0).all()
     torch.testing.assert_close(out.double(), want, rtol=1e-3, atol=1e-3)
 
@@ -83,7 +83,7 @@ def test_module_wrapper_and_scale(impl, d, device):
     q, k, v = inputs((1, 2, 2, 9, 9, d), device, seed=3)
     mod = ab.Attention(impl=impl, is_causal=True, scale=0.2)
     torch.testing.assert_close(mod(q, k, v).double(),
-                               ab.attention_reference(q, k, v, causal=True, scale=0.2,
+                               ab.attention_reference(q, k, v, is_causal=True, scale=0.2,
                                                       float64=True),
                                rtol=1e-4, atol=1e-5)
 
@@ -153,7 +153,7 @@ def test_strided_gather_equals_dense_masking(stride, extra, device):
     gathered = ab.ops.three_kernels(q, k, v, **opts)
     dense = ab.ops.three_kernels(q, k, v, **opts, gather=False)
     want = ab.attention_reference(q, k, v, scale=0.125, stride=stride,
-                                  causal=extra.get("is_causal", False),
+                                  is_causal=extra.get("is_causal", False),
                                   window=extra.get("window"), float64=True)
     torch.testing.assert_close(gathered.double(), want, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(dense.double(), want, rtol=1e-4, atol=1e-5)

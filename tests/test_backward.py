@@ -16,20 +16,6 @@ SHAPES = [(1, 1, 1, 1, 1, 32), (2, 2, 2, 17, 17, 64), (1, 4, 2, 65, 33, 32),
           (1, 2, 1, 3, 100, 96), (1, 4, 1, 100, 7, 128), (2, 2, 1, 40, 70, 64)]
 
 
-def mask_cases(b, h, sq, sk, device, dtype=torch.float32):
-    """(name, keywords of ab.attention, the same keywords for the reference), tensors on
-    ``device``."""
-    g = torch.Generator().manual_seed(9)
-    lengths = torch.tensor([sk, sk // 2][:b], device=device)
-    boolean = (torch.rand(b, 1, sq, sk, generator=g) > 0.3).to(device)
-    additive = torch.randn(1, h, sq, sk, generator=g, dtype=dtype).to(device)
-    return [("none", {}), ("causal", dict(causal=True)),
-            ("key padding", dict(key_lengths=lengths)),
-            ("boolean", dict(attn_mask=boolean)),
-            ("additive", dict(attn_mask=additive)), ("window", dict(window=5)),
-            ("causal stride", dict(causal=True, stride=3))]
-
-
 def leaves(shape, device, dtype=torch.float32, seed=0):
     b, h, hkv, sq, sk, d = shape
     g = torch.Generator().manual_seed(seed)
@@ -57,8 +43,8 @@ def kernel_grads(q, k, v, do, opts, step=2):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_algorithm_2_matches_autograd(shape):
     q, k, v = leaves(shape, "cpu", torch.float64)
-    for _, opts in mask_cases(shape[0], shape[1], shape[3], shape[4], "cpu",
-                              torch.float64):
+    b, h, _, sq, sk, _ = shape
+    for _, opts, _ in ab.masks.cases(b, h, sq, sk, dtype=torch.float64):
         o = attention_tiles_autograd(q, k, v, block_q=7, block_k=5, **opts)
         do = torch.randn_like(o)
         got = torch.autograd.grad(o, (q, k, v), do)
@@ -66,7 +52,7 @@ def test_algorithm_2_matches_autograd(shape):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("opts", [dict(causal=True), dict(window=3, stride=2),
+@pytest.mark.parametrize("opts", [dict(is_causal=True), dict(window=3, stride=2),
                                   dict(key_lengths=torch.tensor([9, 4]))])
 def test_gradcheck_of_the_tiled_backward(opts):
     q, k, v = leaves((2, 4, 2, 6, 9, 8), "cpu", torch.float64, seed=1)
@@ -77,10 +63,10 @@ def test_gradcheck_of_the_tiled_backward(opts):
 
 def test_algorithm_2_gradient_of_the_log_sum_exp():
     q, k, v = leaves((1, 2, 2, 5, 7, 8), "cpu", torch.float64, seed=2)
-    o, lse = ab.attention_reference(q, k, v, causal=True, return_lse=True)
+    o, lse = ab.attention_reference(q, k, v, is_causal=True, return_lse=True)
     do, dlse = torch.randn_like(o), torch.randn_like(lse)
     want = torch.autograd.grad((o, lse), (q, k, v), (do, dlse))
-    got = flash_backward_tiles(q, k, v, o, lse, do, causal=True, dlse=dlse,
+    got = flash_backward_tiles(q, k, v, o, lse, do, is_causal=True, dlse=dlse,
                                block_q=2, block_k=3)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
@@ -93,7 +79,8 @@ def test_algorithm_2_gradient_of_the_log_sum_exp():
 def test_kernel_gradients_every_mask(shape, order, step, device):
     q, k, v = leaves(shape, device, seed=3)
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(4)).to(device)
-    for name, opts in mask_cases(shape[0], shape[1], shape[3], shape[4], device):
+    b, h, _, sq, sk, _ = shape
+    for name, opts, _ in ab.masks.cases(b, h, sq, sk, device=device):
         with ab.thread_order(*order):
             got = kernel_grads(q, k, v, do, opts, step)
         for what, a, b in zip("qkv", got, reference_grads(q, k, v, do, opts)):
@@ -103,12 +90,12 @@ def test_kernel_gradients_every_mask(shape, order, step, device):
 
 def test_gradient_of_the_log_sum_exp(device):
     q, k, v = leaves((2, 4, 2, 30, 45, 64), device, seed=5)
-    o, lse = ab.flash_attention_fp32(q, k, v, causal=True, return_lse=True)
+    o, lse = ab.flash_attention_fp32(q, k, v, is_causal=True, return_lse=True)
     weights = torch.linspace(-1, 1, 30, device=device)
     loss = (o * o).sum() + (lse * weights).sum()
     got = torch.autograd.grad(loss, (q, k, v))
     qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
-    ro, rlse = ab.attention_reference(qd, kd, vd, causal=True, return_lse=True)
+    ro, rlse = ab.attention_reference(qd, kd, vd, is_causal=True, return_lse=True)
     rloss = (ro * ro).sum() + (rlse * weights.double()).sum()
     for a, b in zip(got, torch.autograd.grad(rloss, (qd, kd, vd))):
         torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=2e-5)
@@ -121,7 +108,7 @@ def test_bit_for_bit_reproducible_in_any_thread_order(step, device):
     runs = []
     for order in ORDERS + [("forward", 0)]:
         with ab.thread_order(*order):
-            runs.append(kernel_grads(q, k, v, do, dict(causal=True), step))
+            runs.append(kernel_grads(q, k, v, do, dict(is_causal=True), step))
     for run in runs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(run, runs[0]))
 
@@ -133,7 +120,7 @@ def test_attention_backward_and_strided_layouts(device):
     ab.attention(q, k, v, is_causal=True).square().sum().backward()
     xd = x.detach().double().requires_grad_()
     qd, kd, vd = (t.view(2, 19, 4, 32).transpose(1, 2) for t in xd.chunk(3, -1))
-    ab.attention_reference(qd, kd, vd, causal=True).square().sum().backward()
+    ab.attention_reference(qd, kd, vd, is_causal=True).square().sum().backward()
     torch.testing.assert_close(x.grad.double(), xd.grad, rtol=1e-4, atol=2e-5)
 
 
@@ -142,7 +129,7 @@ def test_masked_keys_and_empty_rows_get_no_gradient(device):
     q, k, v = leaves((1, 2, 2, 80, 10, 32), device, seed=8)
     with torch.no_grad():
         v[:, :, 5] = float("nan")                     # masked for rows < 75 only
-    o = ab.flash_attention_fp32(q, k, v, causal=True,
+    o = ab.flash_attention_fp32(q, k, v, is_causal=True,
                                 key_lengths=torch.tensor([5], device=device))
     dq, dk, dv = torch.autograd.grad(o.sum(), (q, k, v))
     assert (dq[:, :, :70] == 0).all() and torch.isfinite(dq).all()

@@ -133,7 +133,7 @@ def test_recorded_results_are_complete():
     """Every recorded result file names its machine and versions and holds measured
     rows."""
     from attnbook.models import ALL_SUITES
-    for path in sorted(RESULTS.glob("*/*.json")):
+    for path in sorted(RESULTS.glob("[0-9]*/*.json")):
         data = json.loads(path.read_text())
         assert path.parent.name == data["chapter"], path
         assert data["chapter"] in ALL_SUITES, path
@@ -241,3 +241,17 @@ def test_recorded_results_ship_in_the_wheel(tmp_path):
                          check=True)
     assert out.stdout.splitlines() == [str(site / "attnbook" / "__init__.py"),
                                        "Tesla T4"]
+
+
+def test_recorded_ncu_counts_name_their_gpu_and_agree_on_global_loads():
+    """Nsight Compute beside the emulator (appendix B): every record names its GPU and
+    date, and holds, per launch, the kernels with both counts."""
+    records = bench.load_ncu()
+    assert records and len(records) == len(list(RESULTS.glob("ncu/*.json")))
+    for record in records:
+        assert record["device"]["gpu"] and record["date"]
+        for launch, kernels in record["results"].items():
+            assert kernels, launch
+            for kernel in kernels:
+                for count in ("global load requests", "global load sectors"):
+                    assert kernel[count]["emulator"] == kernel[count]["ncu"], launch

@@ -99,13 +99,13 @@ def test_matches_reference(case, order, device):
     seqlens = torch.tensor(lengths, dtype=torch.int32, device=device)
     want, want_lse, want_k, want_v = attention_with_kvcache_reference(
         q, k_cache, v_cache, k, v, cache_seqlens=seqlens, block_table=table,
-        causal=causal, return_lse=True, return_caches=True)
+        is_causal=causal, return_lse=True, return_caches=True)
     for num_splits in splits:
         kc, vc = k_cache.clone(), v_cache.clone()
         with ab.thread_order(*order):
             o, lse = ab.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens,
                                                block_table=table, num_splits=num_splits,
-                                               causal=causal, return_softmax_lse=True)
+                                               is_causal=causal, return_softmax_lse=True)
         assert o.dtype == dtype and o.shape == q.shape and lse.shape == q.shape[:-1]
         torch.testing.assert_close(o.double(), want, **TOL[dtype])
         torch.testing.assert_close(lse.double(), want_lse, rtol=1e-4, atol=1e-4)
@@ -442,7 +442,7 @@ def _bad_cases(device):
         "num_splits must be a positive"
     yield "num_splits 129", with_(num_splits=129), ValueError, "at most 128"
     yield "num_splits bool", with_(num_splits=True), ValueError, "num_splits"
-    yield "causal", with_(causal=1), TypeError, "causal must be a bool"
+    yield "causal", with_(is_causal=1), TypeError, "causal must be a bool"
     yield "scale", with_(scale="x"), TypeError, "scale must be a number"
     yield "scale 1e300", with_(scale=1e300), ValueError, "not a finite float32"
 

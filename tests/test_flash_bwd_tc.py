@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import attnbook as ab
-from test_flash_tc import inputs, mask_cases
+from test_flash_tc import inputs
 
 DTYPES = [torch.float16, torch.bfloat16]
 HEAD_DIMS = [64, 128]
-MASKS = [name for name, _, _ in mask_cases(2, 2, 4, 4, torch.float16, "cpu")]
+MASKS = [case.name for case in ab.masks.cases(2, 2, 4, 4)]
 # (B, H, Hkv): MHA, and GQA with two and four query heads a key head.
 HEADS = {"MHA": (2, 2, 2), "GQA": (1, 4, 2), "MQA": (1, 4, 1)}
 # (Sq, Sk): equal on a tile's edge; Sq < Sk and Sq > Sk off every tile (rows with no
@@ -39,9 +39,8 @@ def kernel_grads(q, k, v, do, opts):
 
 def reference_grads(q, k, v, do, opts):
     """Autograd of ab.attention_reference in float64."""
-    ref = {("causal" if key == "is_causal" else key): val for key, val in opts.items()}
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
-    o = ab.attention_reference(q, k, v, float64=True, **ref)
+    o = ab.attention_reference(q, k, v, float64=True, **opts)
     return torch.autograd.grad(o, (q, k, v), do.double())
 
 
@@ -87,7 +86,8 @@ def test_gradients_within_pytorchs_error(dtype, d, mask, heads, lengths, device)
     q, k, v = leaves((b, h, hkv, sq, sk, d), dtype, device)
     do = upstream(q)
     cases = {name: (opts, sdpa_mask)
-             for name, opts, sdpa_mask in mask_cases(b, h, sq, sk, dtype, device)}
+             for name, opts, sdpa_mask in ab.masks.cases(b, h, sq, sk, dtype=dtype,
+                                                         device=device)}
     opts, sdpa_mask = cases[mask]
     check_grads(kernel_grads(q, k, v, do, opts), q, k, v, do, opts, sdpa_mask)
 
@@ -98,7 +98,8 @@ def test_same_bits_in_every_thread_order(dtype, device):
     so a missing barrier is the only way for an order to change a bit."""
     q, k, v = leaves((2, 4, 2, 70, 90, 64), dtype, device, seed=2)
     do = upstream(q, seed=3)
-    for _, opts, mask in mask_cases(2, 4, 70, 90, dtype, device)[:5:2]:
+    for _, opts, mask in ab.masks.cases(2, 4, 70, 90, dtype=dtype,
+                                        device=device)[:5:2]:
         runs = []
         for order in ORDERS:
             with ab.thread_order(*order):
@@ -131,7 +132,7 @@ def test_gradient_of_the_log_sum_exp(dtype, device):
     loss = (o.float() ** 2).sum() + (lse * weights).sum()
     got = torch.autograd.grad(loss, (q, k, v), retain_graph=True)
     qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
-    ro, rlse = ab.attention_reference(qd, kd, vd, causal=True, float64=True,
+    ro, rlse = ab.attention_reference(qd, kd, vd, is_causal=True, float64=True,
                                       return_lse=True)
     rloss = (ro ** 2).sum() + (rlse * weights.double()).sum()
     for a, b in zip(got, torch.autograd.grad(rloss, (qd, kd, vd), retain_graph=True)):
@@ -152,7 +153,7 @@ def test_padded_head_dims(d, device):
     do = upstream(q, seed=8)
     opts = dict(is_causal=True)
     got = kernel_grads(q, k, v, do, opts)
-    sdpa_mask = mask_cases(1, 4, 33, 20, torch.float16, device)[1][2]
+    sdpa_mask = ab.masks.cases(1, 4, 33, 20, device=device)[1].sdpa_mask
     check_grads(got, q, k, v, do, opts, sdpa_mask)
 
 
@@ -163,7 +164,7 @@ def test_strided_layouts(device):
     ab.attention(q, k, v, is_causal=True).float().square().sum().backward()
     xd = x.detach().double().requires_grad_()
     qd, kd, vd = (t.view(2, 19, 4, 64).transpose(1, 2) for t in xd.chunk(3, -1))
-    ab.attention_reference(qd, kd, vd, causal=True).square().sum().backward()
+    ab.attention_reference(qd, kd, vd, is_causal=True).square().sum().backward()
     torch.testing.assert_close(x.grad.double(), xd.grad, rtol=2e-2, atol=1e-2)
 
 

@@ -30,9 +30,9 @@ def inputs(shape, device, seed=0, magnitude=1.0):
 def test_matches_reference(shape, causal, order, step, device):
     q, k, v = inputs(shape, device)
     with ab.thread_order(*order):
-        o, lse = ab.flash_attention_fp32(q, k, v, causal=causal, step=step,
+        o, lse = ab.flash_attention_fp32(q, k, v, is_causal=causal, step=step,
                                          return_lse=True)
-    ro, rlse = ab.attention_reference(q, k, v, causal=causal, float64=True,
+    ro, rlse = ab.attention_reference(q, k, v, is_causal=causal, float64=True,
                                       return_lse=True)
     torch.testing.assert_close(o.double(), ro, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(lse.double(), rlse, rtol=1e-4, atol=1e-5)
@@ -42,7 +42,7 @@ def test_matches_reference(shape, causal, order, step, device):
 def test_rows_with_no_admissible_key_are_zero(step, device):
     # causal: the first 70 queries precede every key
     q, k, v = inputs((1, 1, 1, 80, 10, 64), device)
-    o, lse = ab.flash_attention_fp32(q, k, v, causal=True, step=step, return_lse=True)
+    o, lse = ab.flash_attention_fp32(q, k, v, is_causal=True, step=step, return_lse=True)
     assert (o[:, :, :70] == 0).all() and (lse[:, :, :70] == float("-inf")).all()
     assert torch.isfinite(o).all() and torch.isfinite(lse[:, :, 70:]).all()
 
@@ -91,12 +91,11 @@ def test_every_swept_tile_shape(tiles, device):
     q, k, v = inputs((2, 2, 1, 70, 90, 64), device, seed=5)
     lengths = torch.tensor([90, 41], device=device)
     bias = torch.randn(1, 2, 70, 90).to(device)
-    for opts in (dict(causal=True, window=20),
+    for opts in (dict(is_causal=True, window=20),
                  dict(key_lengths=lengths, attn_mask=bias)):
         o = ab.flash_attention_fp32(q, k, v, step=1, tiles=tiles, **opts)
-        ref = {("causal" if key == "causal" else key): val for key, val in opts.items()}
         torch.testing.assert_close(o.double(),
-                                   ab.attention_reference(q, k, v, float64=True, **ref),
+                                   ab.attention_reference(q, k, v, float64=True, **opts),
                                    rtol=1e-4, atol=1e-5)
 
 
@@ -122,12 +121,12 @@ def mask_cases(b, h, sq, sk, device):
     bias[..., ::5] = float("-inf")
     both = dict(key_lengths=lengths.to(device))
     return [
-        (dict(causal=True), dict(causal=True)),
+        (dict(is_causal=True), dict(is_causal=True)),
         (dict(window=37), dict(window=37)),
-        (dict(causal=True, window=70), dict(causal=True, window=70)),
+        (dict(is_causal=True, window=70), dict(is_causal=True, window=70)),
         (dict(stride=3), dict(stride=3)),
         (both, dict(key_lengths=lengths)),
-        (dict(causal=True, **both), dict(causal=True, key_lengths=lengths)),
+        (dict(is_causal=True, **both), dict(is_causal=True, key_lengths=lengths)),
         (dict(attn_mask=keep.to(device)), dict(attn_mask=keep)),
         (dict(attn_mask=bias.to(device), stride=2), dict(attn_mask=bias, stride=2)),
     ]
@@ -168,7 +167,7 @@ def test_step_3_is_differentiated_by_step_2s_backward(device):
     q, k, v = (t.requires_grad_() for t in inputs(shape, device, seed=6))
     grads = []
     for step in (2, 3):
-        ab.flash_attention_fp32(q, k, v, causal=True, step=step).sum().backward()
+        ab.flash_attention_fp32(q, k, v, is_causal=True, step=step).sum().backward()
         grads.append([t.grad for t in (q, k, v)])
         q.grad = k.grad = v.grad = None
     for ours, theirs in zip(*grads):

@@ -29,25 +29,6 @@ def inputs(shape, dtype, device, seed=0, magnitude=1.0):
     return tuple(t.to(dtype).to(device) for t in (q * magnitude, k * magnitude, v))
 
 
-def mask_cases(b, h, sq, sk, dtype, device):
-    """(name, keywords of ab.attention, the equivalent boolean or additive SDPA
-    mask)."""
-    g = torch.Generator().manual_seed(9)
-    pos = torch.arange(sq, device=device).view(-1, 1) + sk - sq
-    keys = torch.arange(sk, device=device)
-    lengths = torch.tensor([sk, sk // 2][:b], device=device)
-    additive = torch.randn(1, h, sq, sk, generator=g).to(dtype).to(device)
-    boolean = (torch.rand(b, 1, sq, sk, generator=g) > 0.3).to(device)
-    return [("none", {}, None),
-            ("causal", dict(is_causal=True), keys <= pos),
-            ("key padding", dict(key_lengths=lengths), keys < lengths.view(b, 1, 1, 1)),
-            ("boolean", dict(attn_mask=boolean), boolean),
-            ("additive", dict(attn_mask=additive), additive),
-            ("window", dict(window=5), (pos - keys).abs() < 5),
-            ("causal stride", dict(is_causal=True, stride=3),
-             (keys <= pos) & (keys % 3 == 0))]
-
-
 def sdpa(q, k, v, mask, dtype):
     """SDPA's math path on the inputs, computed in ``dtype`` (its error is the
     yardstick) or, with float64, the reference."""
@@ -73,8 +54,8 @@ def check_close(out, q, k, v, mask):
                          list(itertools.product(STEPS, DTYPES, SHAPES)))
 def test_every_mask_within_sdpas_error(step, dtype, shape, device):
     q, k, v = inputs(shape, dtype, device)
-    for name, opts, mask in mask_cases(shape[0], shape[1], shape[3], shape[4], dtype,
-                                       device):
+    b, h, _, sq, sk, _ = shape
+    for name, opts, mask in ab.masks.cases(b, h, sq, sk, dtype=dtype, device=device):
         out = ab.flash_attention_tc(q, k, v, step=step, **opts)
         assert out.dtype == dtype and out.shape == q.shape
         check_close(out, q, k, v, mask)
@@ -87,7 +68,8 @@ def test_thread_orders(step, order, device):
     shape = (2, 4, 2, 70, 90, 64)
     q, k, v = inputs(shape, torch.float16, device, seed=1)
     b, h, sq, sk = 2, 4, 70, 90
-    for _, opts, mask in mask_cases(b, h, sq, sk, torch.float16, device)[:5:2]:
+    for _, opts, mask in ab.masks.cases(b, h, sq, sk, dtype=torch.float16,
+                                        device=device)[:5:2]:
         with ab.thread_order(*order):
             out = ab.flash_attention_tc(q, k, v, step=step, **opts)
         check_close(out, q, k, v, mask)
@@ -109,7 +91,8 @@ def test_log_sum_exp_and_large_scores(dtype, device):
                                      for t in flash_tc.TC_SWEEP[d]])
 def test_every_swept_tile_shape(d, tiles, device):
     q, k, v = inputs((2, 2, 1, 150, 90, d), torch.float16, device, seed=5)
-    for _, opts, mask in mask_cases(2, 2, 150, 90, torch.float16, device):
+    for _, opts, mask in ab.masks.cases(2, 2, 150, 90, dtype=torch.float16,
+                                        device=device):
         check_close(ab.flash_attention_tc(q, k, v, tiles=tiles, **opts), q, k, v, mask)
 
 

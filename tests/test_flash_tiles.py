@@ -29,8 +29,8 @@ def test_tiles_match_reference(shape, kind, tiles):
 def test_large_scores_and_empty_rows():
     # scores ~ ±1e4 in float32
     q, k, v = inputs((1, 2, 2, 20, 6, 16), "cpu", seed=2, magnitude=30.0)
-    o, lse = flash_attention_tiles(q, k, v, causal=True, block_q=4, block_k=4)
-    want = ab.attention_reference(q, k, v, causal=True, float64=True)
+    o, lse = flash_attention_tiles(q, k, v, is_causal=True, block_q=4, block_k=4)
+    want = ab.attention_reference(q, k, v, is_causal=True, float64=True)
     assert (torch.isfinite(o).all() and (o[:, :, :14] == 0).all()
             and torch.isneginf(lse[:, :, :14]).all())
     torch.testing.assert_close(o.double(), want, rtol=1e-4, atol=1e-4)
@@ -52,7 +52,7 @@ def test_paper_typo_is_wrong_and_the_fix_is_right():
 def test_trace_records_every_tile_and_skips_masked_ones():
     q, k, v = inputs((1, 1, 1, 10, 10, 8), "cpu")
     trace = []
-    o, _ = flash_attention_tiles(q, k, v, causal=True, block_q=4, block_k=4,
+    o, _ = flash_attention_tiles(q, k, v, is_causal=True, block_q=4, block_k=4,
                                  trace=trace)
     assert [(t["q_tile"], t["k_tile"]) for t in trace] == [(i, j) for i in range(3)
                                                           for j in range(3)]

@@ -156,7 +156,7 @@ def test_masked_attention_is_the_books_mask(stride, sq, sk):
     k, v = (torch.randn(2, 2, sk, 16, generator=g) for _ in range(2))
     lengths = torch.tensor([sk, sk - 3])
     want = attention_reference(q, *(t.repeat_interleave(2, 1) for t in (k, v)),
-                               causal=True, stride=stride if stride > 1 else None,
+                               is_causal=True, stride=stride if stride > 1 else None,
                                key_lengths=lengths, float64=True)
     for eager in (False, True):
         got = masked_attention(q, k, v, lengths, stride, eager=eager)

@@ -92,14 +92,23 @@ def test_ncu_raw_csv_is_read_and_paired_with_the_emulator_in_order():
     assert row["shared load wavefronts"] == {"emulator": None, "ncu": None}
 
 
-def test_without_ncu_the_emulator_side_is_written(tmp_path, monkeypatch):
+def test_ncu_runs_on_the_gpu_and_the_emulator_side_anywhere(tmp_path, monkeypatch):
     monkeypatch.setattr(ncu.shutil, "which", lambda name: None)
     assert ncu.main(["--out", str(tmp_path), "--only", "softmax naive"]) == 2
+    assert ncu.main(["--compare", str(tmp_path), "--only", "softmax naive"]) == 2
     saved = json.loads((tmp_path / "compare.json").read_text())
-    assert saved["errors"] == {"softmax naive": "ncu is not on PATH"}
+    assert saved["errors"] == {"softmax naive": "no softmax_naive.csv: run --out on a "
+                               "GPU first"}
+    (tmp_path / "softmax_naive.csv").write_text(RAW)   # what ncu wrote on a GPU
+    (tmp_path.parent / "check").mkdir()
+    (tmp_path.parent / "check" / "environment.json").write_text('{"gpu": "H200"}')
+    assert ncu.main(["--compare", str(tmp_path), "--only", "softmax naive"]) == 0
+    saved = json.loads((tmp_path / "compare.json").read_text())
+    assert saved["errors"] == {} and saved["device"] == {"gpu": "H200"}
     (row,) = saved["results"]["softmax naive"]
     assert row["global load requests"]["emulator"] > 0
     assert row["global store sectors"]["emulator"] > 0
+    assert row["global load sectors"]["ncu"] == 4096.0
     assert "| global load sectors |" in (tmp_path / "compare.md").read_text()
 
 

@@ -39,6 +39,17 @@ def sdpa_math(q, k, v, mask=None):
                                               else mask.double())
 
 
+def no_finite_score(q, k, mask=None):
+    """[..., Sq]: rows whose every admitted score is -inf (a -inf in q against keys of
+    one sign), which ab.attention, like SDPA's default CPU path, answers with zeros as
+    it does a row with no admitted key; SDPA's math path gives NaN."""
+    h, hkv = q.shape[-3], k.shape[-3]
+    s = q.double() @ k.repeat_interleave(h // hkv, dim=-3).double().transpose(-1, -2)
+    if mask is not None:
+        s = s.masked_fill(~mask, -INF) if mask.dtype == torch.bool else s + mask.double()
+    return (s == -INF).all(-1)
+
+
 def same(got, want):
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5, equal_nan=True)
 
@@ -77,22 +88,6 @@ def test_transposed_layout_is_not_copied():
     assert attention_args(q, q, q).q.data_ptr() == x.data_ptr()
 
 
-def mask_cases(b, h, sq, sk, device):
-    """(name, ab.attention keywords, the equivalent SDPA mask), on ``device``."""
-    causal = torch.ones(sq, sk, dtype=torch.bool, device=device).tril(sk - sq)
-    lengths = torch.tensor([sk, sk // 2][:b], device=device)
-    padding = (torch.arange(sk, device=device) < lengths.view(b, 1, 1, 1))
-    boolean = (torch.rand(b, 1, sq, sk, generator=torch.Generator().manual_seed(9))
-               > 0.3).to(device)
-    additive = randn(1, h, sq, sk, device=device, seed=8)
-    window = (torch.arange(sq).view(-1, 1) + sk - sq - torch.arange(sk)).abs() < 5
-    return [("none", {}, None), ("causal", dict(is_causal=True), causal),
-            ("key padding", dict(key_lengths=lengths), padding),
-            ("boolean", dict(attn_mask=boolean), boolean),
-            ("additive", dict(attn_mask=additive), additive),
-            ("window", dict(window=5), window.to(device))]
-
-
 def poison(which, q, k, v, mask, value, row=3, key=6):
     """Put ``value`` in q (a row), k or v (a key that row 3 attends) or the additive
     mask."""
@@ -113,11 +108,12 @@ def poison(which, q, k, v, mask, value, row=3, key=6):
 @pytest.mark.parametrize("impl,where,value", list(itertools.product(
     IMPLS, ["q", "k", "v", "mask"], [NAN, INF, -INF])))
 def test_nan_and_inf_propagate_as_in_sdpa(impl, where, value, device):
-    """SDPA's math path, value for value, with the one documented difference: rows that
-    do not admit the poisoned key see it as absent (for v: on the fused path only)."""
+    """SDPA's math path, value for value, with two documented differences: rows that
+    do not admit the poisoned key see it as absent (for v: on the fused path only), and
+    a row whose every admitted score is -inf gives zeros (no_finite_score)."""
     b, h, sq, sk, d, key = 2, 2, 9, 13, 32, 6
     q, k, v = qkv((b, h, sq, d), (b, 1, sk, d), device)
-    for name, opts, mask in mask_cases(b, h, sq, sk, device):
+    for name, opts, mask in ab.masks.cases(b, h, sq, sk, device=device):
         if where == "mask" and mask is not None and mask.dtype == torch.bool:
             continue                                 # a float mask carries the value
         pq, pk, pv, pmask = poison(where, q, k, v,
@@ -128,7 +124,8 @@ def test_nan_and_inf_propagate_as_in_sdpa(impl, where, value, device):
             opts = dict(opts, attn_mask=pmask)
             sdpa_mask = pmask if mask is None or name == "additive" else \
                 pmask.masked_fill(~mask, -INF)
-        want = sdpa_math(pq, pk, pv, sdpa_mask)
+        want = sdpa_math(pq, pk, pv, sdpa_mask).masked_fill(
+            no_finite_score(pq, pk, sdpa_mask)[..., None], 0.0)
         if where == "k" or (where == "v" and impl == "flash"):
             admitted = torch.ones(sq, sk, dtype=torch.bool, device=device) \
                 if mask is None else mask if mask.dtype == torch.bool else mask != -INF

@@ -1,3 +1,4 @@
+import inspect
 import itertools
 import math
 
@@ -17,9 +18,9 @@ def qkv(b, h, hkv, sq, sk, d, seed=0, scale=1.0):
 
 SHAPES = [(1, 1, 1, 1, 1, 4), (2, 2, 1, 5, 5, 8), (1, 4, 2, 3, 7, 5),
           (2, 3, 3, 7, 3, 4), (1, 2, 1, 1, 9, 8)]
-RULES = [dict(), dict(causal=True), dict(stride=2), dict(stride=3, causal=True),
-         dict(window=2), dict(window=3, causal=True), dict(key_lengths=True),
-         dict(key_lengths=True, causal=True)]
+RULES = [dict(), dict(is_causal=True), dict(stride=2), dict(stride=3, is_causal=True),
+         dict(window=2), dict(window=3, is_causal=True), dict(key_lengths=True),
+         dict(key_lengths=True, is_causal=True)]
 
 
 @pytest.mark.parametrize("shape,rule", list(itertools.product(SHAPES, RULES)))
@@ -54,7 +55,7 @@ def test_matches_sdpa_math_backend():
     q, k, v = qkv(2, 4, 4, 16, 16, 32, seed=3)
     mask = torch.randn(1, 4, 16, 16)
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
-        for kwargs, ours in [(dict(is_causal=True), dict(causal=True)),
+        for kwargs, ours in [(dict(is_causal=True), dict(is_causal=True)),
                              (dict(attn_mask=mask), dict(attn_mask=mask)),
                              (dict(scale=0.3), dict(scale=0.3))]:
             want = F.scaled_dot_product_attention(
@@ -67,9 +68,9 @@ def test_matches_sdpa_math_backend():
 
 def test_gqa_equals_repeated_heads():
     q, k, v = qkv(1, 6, 2, 5, 5, 8, seed=4)
-    out = ab.attention_reference(q, k, v, causal=True)
+    out = ab.attention_reference(q, k, v, is_causal=True)
     want = ab.attention_reference(q, k.repeat_interleave(3, 1),
-                                  v.repeat_interleave(3, 1), causal=True)
+                                  v.repeat_interleave(3, 1), is_causal=True)
     torch.testing.assert_close(out, want)
     with pytest.raises(ValueError, match="multiple"):
         ab.attention_reference(q, k[:, :1].expand(1, 4, 5, 8)[:, :4],
@@ -80,19 +81,19 @@ def test_causal_is_bottom_right_when_sq_differs():
     # One query against 5 keys: a decode step sees every key; SDPA's top-left rule sees
     # one.
     q, k, v = qkv(1, 1, 1, 1, 5, 4, seed=5)
-    out = ab.attention_reference(q, k, v, causal=True)
+    out = ab.attention_reference(q, k, v, is_causal=True)
     torch.testing.assert_close(out, ab.attention_reference(q, k, v))
     top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(top_left, v[:, :, :1])
     assert not torch.allclose(out, top_left)
-    allowed = ab.masks.allowed(3, 5, causal=True)[0, 0]
+    allowed = ab.masks.allowed(3, 5, is_causal=True)[0, 0]
     assert allowed.tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
 
 
 def test_fully_masked_rows_are_zero_with_minus_inf_lse():
     q, k, v = qkv(2, 1, 1, 4, 2, 4, seed=6)
     # Sq > Sk with causal: the first two queries precede every key.
-    out, lse = ab.attention_reference(q, k, v, causal=True, return_lse=True)
+    out, lse = ab.attention_reference(q, k, v, is_causal=True, return_lse=True)
     assert torch.isfinite(out).all()
     assert (out[:, :, :2] == 0).all() and (lse[:, :, :2] == -math.inf).all()
     assert torch.isfinite(lse[:, :, 2:]).all()
@@ -156,3 +157,21 @@ def test_bad_shapes_raise():
         ab.attention_reference(q, k[..., :4], v)
     with pytest.raises(ValueError):
         ab.attention_reference(q, k, v[:, :, :5])
+
+
+def test_every_causal_mask_is_spelled_is_causal_and_the_old_name_warns():
+    """One spelling across the API, SDPA's; ``causal=`` works for one release."""
+    for fn in (ab.attention, ab.flash_attention_fp32, ab.flash_attention_tc,
+               ab.attention_reference, ab.flash_attention_tiles,
+               ab.attention_with_kvcache, ab.masks.allowed, ab.masks.bias):
+        names = inspect.signature(fn).parameters
+        assert "is_causal" in names and "causal" not in names, fn.__name__
+    q = torch.randn(1, 2, 5, 8, dtype=torch.float64)
+    want = ab.attention_reference(q, q, q, is_causal=True)
+    with pytest.warns(DeprecationWarning, match=r"attention_reference\(causal=\.\.\.\) "
+                      "is now is_causal"):
+        got = ab.attention_reference(q, q, q, causal=True)
+    torch.testing.assert_close(got, want)
+    assert not torch.equal(got, ab.attention_reference(q, q, q))
+    with pytest.raises(TypeError, match="not both"):
+        ab.masks.allowed(2, 3, causal=True, is_causal=True)

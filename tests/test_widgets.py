@@ -21,10 +21,10 @@ def test_online_softmax_states_end_in_the_row_max_and_sum():
 def test_static_figures_and_widgets_build():
     fig = ab.widgets.online_softmax_figure([1.0, 2.0, 0.5], steps=[1, 3])
     assert len(fig.axes) == 2 and fig.axes[1].get_title().startswith("k = 3:  m = 2.00")
-    fig = ab.widgets.mask_explorer_figure([("causal", 3, 5, dict(causal=True)),
+    fig = ab.widgets.mask_explorer_figure([("causal", 3, 5, dict(is_causal=True)),
                                            ("window", 4, 4, dict(window=2))])
     assert [im.get_array().sum() for ax in fig.axes for im in ax.get_images()] == [
-        ab.masks.allowed(3, 5, causal=True).sum().item(),
+        ab.masks.allowed(3, 5, is_causal=True).sum().item(),
         ab.masks.allowed(4, 4, window=2).sum().item()]
     stepper = ab.widgets.online_softmax_stepper([1.0, 2.0, 3.0, 0.0])
     # not the empty state

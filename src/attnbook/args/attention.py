@@ -9,13 +9,16 @@ so every integer is either reduced to an equivalent value that fits
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 
 import torch
 
 __all__ = ["AttentionArgs", "attention_args", "check_reference_args", "check_tensor",
+           "takes_is_causal",
            "check_attn_mask", "check_positive_int", "check_same_device", "INT32_MAX",
            "FLOATS"]
 
@@ -24,6 +27,25 @@ INT32_MAX = 2**31 - 1
 DEVICE_TYPES = ("cuda", "cpu", "meta")
 HALF_PRECISION = (torch.float16, torch.bfloat16)
 INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+
+def takes_is_causal(fn):
+    """``fn`` spells the causal mask ``is_causal``, as
+    ``torch.nn.functional.scaled_dot_product_attention`` and :func:`attnbook.attention`
+    do; ``causal=``, the name some of the book's functions took before, still works
+    for this release, with a DeprecationWarning."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if "causal" in kwargs:
+            if "is_causal" in kwargs:
+                raise TypeError(f"{fn.__name__}() takes is_causal, not both it and "
+                                "causal")
+            warnings.warn(f"{fn.__name__}(causal=...) is now is_causal=..., as in "
+                          "scaled_dot_product_attention; causal= goes in the next "
+                          "release", DeprecationWarning, stacklevel=2)
+            kwargs["is_causal"] = kwargs.pop("causal")
+        return fn(*args, **kwargs)
+    return wrapper
 
 
 def check_attn_mask(attn_mask: torch.Tensor, *shape: int) -> None:
@@ -219,12 +241,13 @@ def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
                          out_shape)
 
 
-def check_reference_args(q, k, v, *, scale=None, causal=False, attn_mask=None,
+def check_reference_args(q, k, v, *, scale=None, is_causal=False, attn_mask=None,
                          key_lengths=None, stride=None, window=None) -> None:
     """The rules of :func:`attention_args` for the references, which take any floating
     dtype (float64 to check the kernels) and compute on [B, H, S, D] tensors as
     given."""
-    attention_args(q, k, v, attn_mask, 0.0, causal, scale, stride=stride, window=window,
+    attention_args(q, k, v, attn_mask, 0.0, is_causal, scale, stride=stride,
+                   window=window,
                    key_lengths=key_lengths, dtypes=FLOATS)
     if q.dim() != 4:
         raise ValueError("the references take 4-D [B, H, S, D] tensors, got q of "

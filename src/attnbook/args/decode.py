@@ -78,7 +78,7 @@ def _integer_tensor(x, name):
 
 
 def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
-                 block_table=None, num_splits=None, causal=True, scale=None,
+                 block_table=None, num_splits=None, is_causal=True, scale=None,
                  dtypes=KERNEL_DTYPES) -> KVCacheArgs:
     """Check the arguments of :func:`attnbook.attention_with_kvcache` and return them as
     the kernels take them. Raises TypeError, ValueError or NotImplementedError with a
@@ -99,8 +99,8 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
     if k is not None:
         for name, t in (("k", k), ("v", v)):
             _check_float(t, name, q.dtype, dtypes)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
     if scale is not None and (isinstance(scale, bool)
                               or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be a number or None, got {scale!r}")
@@ -192,7 +192,7 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
     if k is not None:
         k, v = (t if t.stride(-1) == 1 or d <= 1 else t.contiguous() for t in (k, v))
     return KVCacheArgs(q4, k_cache, v_cache, k, v, seqlens32, table, lengths, new_keys,
-                       capacity, block_size, causal, scale, num_splits)
+                       capacity, block_size, is_causal, scale, num_splits)
 
 
 def _check_pages(block_table, lengths, new_keys, block_size, num_pages):

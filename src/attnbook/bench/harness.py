@@ -25,7 +25,7 @@ from ..toolchain.text import wrap
 
 __all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_bytes",
            "pytorch_attention", "Result", "machine_record", "measure", "save", "load",
-           "results_dir", "run_or_load", "ratio", "bound_ms"]
+           "load_ncu", "results_dir", "run_or_load", "ratio", "bound_ms"]
 
 # Datasheet peaks: fp32 on CUDA cores (TFLOP/s), dense fp16 on tensor cores (TFLOP/s),
 # and DRAM bandwidth (GB/s). Matched against torch's device name in this order
@@ -257,6 +257,17 @@ def load(chapter: str) -> list:
               for p in sorted(folder.glob("*.json"))]
              if folder.is_dir() else [])
     return sorted(found, key=lambda r: r.machine.get("date", ""), reverse=True)
+
+
+def load_ncu() -> list:
+    """Nsight Compute's counts of a few launches beside the emulator's profile of the
+    same launches (``python -m attnbook.gpu.ncu``), one record per GPU, newest first:
+    each a dict of ``date``, ``device`` and ``results`` (launch -> its kernels, each
+    count as ``{"emulator": n, "ncu": n}``)."""
+    folder = results_dir() / "ncu"
+    found = ([json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+             if folder.is_dir() else [])
+    return sorted(found, key=lambda r: r["date"], reverse=True)
 
 
 def run_or_load(chapter: str, suite):

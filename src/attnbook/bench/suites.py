@@ -144,7 +144,7 @@ def chapter07():
         for causal, step in itertools.product((False, True), FLASH_FP32_STEPS):
             rows.append(bench.measure(
                 f"attnbook flash step {step}",
-                lambda: flash_attention_fp32(q, k, v, causal=causal, step=step),
+                lambda: flash_attention_fp32(q, k, v, is_causal=causal, step=step),
                 dict(S=n, B=B, H=H, D=D, causal=causal, dtype="float32"),
                 flops=bench.attention_flops(B, H, n, n, D, causal),
                 bytes=bench.attention_bytes(B, H, n, n, D), peaks=peaks))
@@ -156,7 +156,7 @@ def chapter07():
         for br, bc in FLASH_FP32_SWEEP:
             rows.append(bench.measure("flash sweep",
                                       lambda t=(br, bc): flash_attention_fp32(
-                                          q, k, v, causal=causal, step=1, tiles=t),
+                                          q, k, v, is_causal=causal, step=1, tiles=t),
                                       dict(S=S, Br=br, Bc=bc, causal=causal,
                                            sweep=True),
                                       **work))
@@ -301,7 +301,7 @@ def chapter11():
         work = dict(flops=2.5 * bench.attention_flops(B, H, S, S, D, causal),
                     bytes=bench.attention_bytes(B, H, S, S, D) * 2, peaks=peaks)
         outs = {"attnbook flash": attention(q, k, v, is_causal=causal),
-                "attnbook flash step 1": flash_attention_fp32(q, k, v, causal=causal,
+                "attnbook flash step 1": flash_attention_fp32(q, k, v, is_causal=causal,
                                                               step=1)}
         rows += _backward_rows(outs, ("efficient", "cudnn", "math"), q, k, v, do,
                                case, work)

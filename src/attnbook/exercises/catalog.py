@@ -172,7 +172,7 @@ WINDOW = Exercise(
     function="window_bias_of",
     cases=lambda: [(f"Sq = {sq}, Sk = {sk}, w = {w}", [torch.empty(0), sq, sk, w])
                    for sq, sk, w in ((5, 5, 2), (3, 10, 4), (10, 4, 3), (1, 70, 65))],
-    reference=lambda like, sq, sk, w: masks.bias(1, 1, sq, sk, causal=True, window=w,
+    reference=lambda like, sq, sk, w: masks.bias(1, 1, sq, sk, is_causal=True, window=w,
                                                  device=like.device)[0, 0],
     rtol=0.0, atol=0.0,
     planted=Planted("positions aligned top-left",

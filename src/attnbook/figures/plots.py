@@ -11,12 +11,12 @@ __all__ = ["draw_mask", "mask_panels", "mask_gallery", "plot_metric", "plot_time
 
 # (title, Sq, Sk, rules) of each panel of the gallery of mask kinds.
 GALLERY = [
-    ("causal", 12, 12, dict(causal=True)),
-    ("causal, Sq < Sk\n(bottom-right)", 4, 12, dict(causal=True)),
+    ("causal", 12, 12, dict(is_causal=True)),
+    ("causal, Sq < Sk\n(bottom-right)", 4, 12, dict(is_causal=True)),
     ("key padding\n(length 9)", 12, 12, dict(key_lengths=torch.tensor([9]))),
     ("strided (stride 3)", 12, 12, dict(stride=3)),
-    ("strided + causal", 12, 12, dict(stride=3, causal=True)),
-    ("sliding window (4)\n+ causal", 12, 12, dict(window=4, causal=True)),
+    ("strided + causal", 12, 12, dict(stride=3, is_causal=True)),
+    ("sliding window (4)\n+ causal", 12, 12, dict(window=4, is_causal=True)),
 ]
 
 

@@ -100,7 +100,7 @@ def mask_explorer(sq=16, sk=16):
     n_k = widgets.IntSlider(value=sk, min=1, max=48, description="Sk")
 
     def show(*_):
-        rules = dict(causal="causal" in kind.value)
+        rules = dict(is_causal="causal" in kind.value)
         if "strided" in kind.value:
             rules["stride"] = stride.value
         if "window" in kind.value:

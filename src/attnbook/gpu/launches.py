@@ -57,14 +57,14 @@ def _backward(device, forward, d=32, dtype=torch.float32):
 
 LAUNCHES = {
     "flash fp32 step 1": lambda dev: ops.flash_attention_fp32(
-        *_qkv(dev, 1, 4, 21, 33, 64), causal=True, step=1),
-    "flash fp32 step 2": lambda dev: ops.attention(*_qkv(dev, 1, 2, 70, 90, 64),
-                                                   is_causal=True),
+        *_qkv(dev, 1, 4, 21, 33, 64), is_causal=True, step=1),
+    **{f"flash fp32 step {s}": (lambda dev, s=s: ops.flash_attention_fp32(
+        *_qkv(dev, 1, 2, 70, 90, 64), is_causal=True, step=s)) for s in (2, 3)},
     "flash fp32 step 3, masked": lambda dev: ops.flash_attention_fp32(
-        *_qkv(dev, 2, 2, 70, 90, 64), step=3, causal=True, stride=3,
+        *_qkv(dev, 2, 2, 70, 90, 64), step=3, is_causal=True, stride=3,
         key_lengths=torch.tensor([90, 33], device=dev)),
-    "flash fp32 step 2, masked": lambda dev: ops.attention(
-        *_qkv(dev, 2, 2, 9, 70, 32), stride=3, window=40,
+    "flash fp32 step 2, masked": lambda dev: ops.flash_attention_fp32(
+        *_qkv(dev, 2, 2, 9, 70, 32), step=2, stride=3, window=40,
         key_lengths=torch.tensor([70, 33], device=dev)),
     "tiled, strided": lambda dev: ops.attention(
         *_qkv(dev, 2, 2, 9, 17, 24), stride=3,
@@ -83,7 +83,7 @@ LAUNCHES = {
     "decode, split-K": lambda dev: _decode(dev, False),
     "decode, paged": lambda dev: _decode(dev, True),
     **{f"backward step {s}": (lambda dev, s=s: _backward(
-        dev, lambda q, k, v: ops.flash_attention_fp32(q, k, v, causal=True, step=s)))
+        dev, lambda q, k, v: ops.flash_attention_fp32(q, k, v, is_causal=True, step=s)))
        for s in (1, 2)},
     **{f"tensor cores backward {n}": (lambda dev, d=d, t=t: _backward(
         dev, lambda q, k, v: ops.attention(q, k, v, is_causal=True), d, t))

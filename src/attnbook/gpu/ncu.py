@@ -1,15 +1,18 @@
 """Nsight Compute beside the emulator's profile: the same launches counted both ways.
 
-    python -m attnbook.gpu.ncu --out DIR [--only NAME ...]
+    python -m attnbook.gpu.ncu --out DIR [--only NAME ...]      # on the GPU: ncu
+    python -m attnbook.gpu.ncu --compare DIR [--only NAME ...]  # anywhere: the emulator
 
 For each launch (by default three: the fused fp32 kernel, the tensor-core kernel's
-last step and split-K decoding), ``ncu`` profiles ``python -m attnbook.gpu.launches
---only NAME`` on the GPU and :func:`attnbook.profile` counts the same launch on the
-emulator. Per kernel, in launch order (PyTorch's own kernels set aside): warp requests
-and 32-byte sectors of global loads and stores, requests and wavefronts of shared loads
-and stores. Writes ``DIR/<launch>.csv`` (ncu's raw page), ``DIR/compare.json`` and
-``DIR/compare.md``. Exit code 2 when ncu is missing or fails (the emulator's side is
-written all the same).
+last step and split-K decoding), ``--out`` has ``ncu`` profile ``python -m
+attnbook.gpu.launches --only NAME`` on the GPU and writes ``DIR/<launch>.csv`` (ncu's
+raw page); exit code 2 when ncu is missing or fails. ``--compare`` needs no GPU: it
+counts the same launches with :func:`attnbook.profile` on the emulator (a minute or
+more of CPU each, which a lent GPU's minutes are not spent on) and pairs them with
+those files. Per kernel, in launch order (PyTorch's own kernels set aside): warp
+requests and 32-byte sectors of global loads and stores, requests and wavefronts of
+shared loads and stores. Writes ``DIR/compare.json`` (with the GPU's facts where
+``DIR/../check/environment.json`` has them) and ``DIR/compare.md``.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from .launches import LAUNCHES
 
 __all__ = ["KERNELS", "METRICS", "parse_raw_csv", "compare", "main"]
 
-KERNELS = ("flash fp32 step 2", "tensor cores step 5", "decode, split-K")
+KERNELS = ("flash fp32 step 3", "tensor cores step 5", "decode, split-K")
 # (space, op, what) -> the ncu metric that counts it. ldmatrix and cp.async have
 # counters of their own on the GPU (op_ldsm, op_ldgsts); the emulator counts them as
 # shared and global loads.
@@ -122,35 +125,58 @@ def _markdown(results: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _ncu(name: str, out: pathlib.Path) -> tuple[list, str | None]:
+def _csv(out: pathlib.Path, name: str) -> pathlib.Path:
+    return out / (re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") + ".csv")
+
+
+def _ncu(name: str, out: pathlib.Path) -> str | None:
+    """ncu's counts of launch ``name`` into its csv file; why not, if it failed."""
     if not shutil.which("ncu"):
-        return [], "ncu is not on PATH"
-    log = out / (re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") + ".csv")
+        return "ncu is not on PATH"
     argv = ["ncu", "--csv", "--page", "raw", "--metrics", ",".join(METRICS.values()),
-            "--log-file", str(log), sys.executable, "-m", "attnbook.gpu.launches",
-            "--only", name]
+            "--log-file", str(_csv(out, name)), sys.executable, "-m",
+            "attnbook.gpu.launches", "--only", name]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
-        return [], f"ncu exited {done.returncode}: {done.stderr.strip()[-2000:]}"
-    return parse_raw_csv(log.read_text()), None
+        return f"ncu exited {done.returncode}: {done.stderr.strip()[-2000:]}"
+    return None
+
+
+def _compare(out: pathlib.Path, names) -> dict:
+    """The emulator's counts beside ncu's files in ``out``, written as compare.json
+    and compare.md; launches without a file are listed as errors."""
+    results, errors = {}, {}
+    for name in names:
+        path = _csv(out, name)
+        if not path.exists():
+            errors[name] = f"no {path.name}: run --out on a GPU first"
+            continue
+        results[name] = compare(_emulator_counts(name), parse_raw_csv(path.read_text()))
+    saved = dict(results=results, errors=errors)
+    environment = out.parent / "check" / "environment.json"
+    if environment.exists():
+        saved["device"] = json.loads(environment.read_text())
+    (out / "compare.json").write_text(json.dumps(saved, indent=1) + "\n")
+    (out / "compare.md").write_text(_markdown(results))
+    return errors
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnbook.gpu.ncu",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=pathlib.Path, required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", type=pathlib.Path, help="run ncu, files into OUT")
+    where.add_argument("--compare", type=pathlib.Path,
+                       help="pair ncu's files in COMPARE with the emulator's counts")
     parser.add_argument("--only", nargs="+", choices=list(LAUNCHES), metavar="NAME")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    results, errors = {}, {}
-    for name in args.only or KERNELS:
-        measured, error = _ncu(name, args.out)
-        if error:
-            errors[name] = error
-        results[name] = compare(_emulator_counts(name), measured)
-    (args.out / "compare.json").write_text(
-        json.dumps(dict(results=results, errors=errors), indent=1) + "\n")
-    (args.out / "compare.md").write_text(_markdown(results))
+    names = args.only or KERNELS
+    if args.compare:
+        errors = _compare(args.compare, names)
+    else:
+        args.out.mkdir(parents=True, exist_ok=True)
+        errors = {name: error for name in names
+                  if (error := _ncu(name, args.out)) is not None}
     for name, error in errors.items():
         print(f"{name}: {error}", file=sys.stderr)
     return 2 if errors else 0

@@ -112,8 +112,10 @@ STAGES = (
           tuple(_sanitizer(tool) for tool in SANITIZERS),
           # every tensor its own allocation, so that memcheck sees each one's bounds
           env=(("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),)),
-    Stage("profile", "Nsight Compute on three kernels beside the emulator's profile of "
-          "the same launches", 120,
+    # the emulator's side of the comparison runs off the GPU (ncu --compare): the
+    # second H200 run's stage spent its 150 s on it
+    Stage("profile", "Nsight Compute's counts of three kernels (beside the emulator's "
+          "afterwards, anywhere: python -m attnbook.gpu.ncu --compare DIR)", 60,
           ((PY, "-m", "attnbook.gpu.ncu", "--out", "{out}"),)),
 )
 

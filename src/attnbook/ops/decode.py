@@ -9,6 +9,7 @@ from typing import Optional
 
 import torch
 
+from ..args.attention import takes_is_causal
 from ..args.decode import MAX_SPLITS, ROWS_PER_BLOCK, kvcache_args
 from ..toolchain.devices import GPUS
 from .kv_cache import kv_cache_append_op
@@ -95,9 +96,10 @@ def choose_num_splits(batch: int, kv_heads: int, rows: int, max_keys: int,
     return num_splits_heuristic(blocks, chunks, BLOCKS_PER_SM * sm_count(device))
 
 
+@takes_is_causal
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
-                           block_table=None, num_splits=None, causal=True, scale=None,
-                           return_softmax_lse=False):
+                           block_table=None, num_splits=None, is_causal=True,
+                           scale=None, return_softmax_lse=False):
     """Attention for decoding, FlashAttention's ``flash_attn_with_kvcache`` in the
     book's [B, H, S, D] layout.
 
@@ -111,7 +113,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     positions cache_seqlens[b] … cache_seqlens[b] + Sq − 1.
     cache_seqlens: int32/int64 [B] (or an int for all), the tokens already in the cache;
     it is not advanced here. Each sequence attends its first cache_seqlens[b]
-    (+ Sq if k, v are given) positions; ``causal`` aligns the queries bottom-right to
+    (+ Sq if k, v are given) positions; ``is_causal`` aligns the queries bottom-right to
     that length, so new query i sees keys j ≤ cache_seqlens[b] + i. A sequence with no
     key gives zeros.
     num_splits: None (a heuristic from B·Hkv, the length and the SM count) or 1 … 128.
@@ -121,8 +123,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     ``return_softmax_lse``). Everything is checked before the cache is touched.
     """
     a = kvcache_args(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens,
-                     block_table=block_table, num_splits=num_splits, causal=causal,
-                     scale=scale)
+                     block_table=block_table, num_splits=num_splits,
+                     is_causal=is_causal, scale=scale)
     d = q.shape[-1]
     if d not in DECODE_HEAD_DIMS:
         raise ValueError(f"head_dim {d} is not supported by the decode kernel: "

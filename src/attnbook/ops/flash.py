@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from ..args.attention import attention_args
+from ..args.attention import attention_args, takes_is_causal
 from .registry import extension
 
 __all__ = ["flash_attention_fp32", "flash_forward", "check_flash_config",
@@ -90,7 +90,8 @@ def check_flash_config(d: int, tiles=None, step: int = FLASH_FP32_FASTEST) -> tu
     return tiles
 
 
-def flash_attention_fp32(q, k, v, *, causal=False, scale=None, attn_mask=None,
+@takes_is_causal
+def flash_attention_fp32(q, k, v, *, is_causal=False, scale=None, attn_mask=None,
                          stride=None, window=None, key_lengths=None,
                          step=FLASH_FP32_FASTEST, tiles=None, return_lse=False):
     """softmax(q kᵀ · scale + mask) v by the fused fp32 kernel. Inputs as for
@@ -101,7 +102,7 @@ def flash_attention_fp32(q, k, v, *, causal=False, scale=None, attn_mask=None,
     ``tiles`` = (Br, Bc): the step's own (``FLASH_FP32_TILES``), or for step 1 at
     D = 64 any of ``FLASH_FP32_SWEEP``. Returns o (and the log-sum-exp
     [*batch, H, Sq] if ``return_lse``)."""
-    a = attention_args(q, k, v, attn_mask, 0.0, causal, scale, stride=stride,
+    a = attention_args(q, k, v, attn_mask, 0.0, is_causal, scale, stride=stride,
                        window=window, key_lengths=key_lengths)
     tiles = check_flash_config(a.q.shape[-1], tiles, step)
     check_no_mask_grad(a)

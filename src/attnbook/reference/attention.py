@@ -18,7 +18,7 @@ import math
 import torch
 
 from . import masks
-from ..args.attention import check_reference_args, softmax_scale
+from ..args.attention import check_reference_args, softmax_scale, takes_is_causal
 
 __all__ = ["attention_reference", "expand_kv"]
 
@@ -32,16 +32,18 @@ def expand_kv(x: torch.Tensor, h: int) -> torch.Tensor:
     return x.repeat_interleave(h // hkv, dim=1)
 
 
-def attention_reference(q, k, v, *, scale=None, causal=False, attn_mask=None,
+@takes_is_causal
+def attention_reference(q, k, v, *, scale=None, is_causal=False, attn_mask=None,
                         key_lengths=None, stride=None, window=None,
                         float64=False, return_lse=False):
     """softmax(q kᵀ · scale + mask) v, computed the obvious way.
 
-    scale: defaults to 1/sqrt(D).  causal, stride, window, key_lengths, attn_mask: see
-    :mod:`attnbook.masks` (causal is aligned bottom-right).  float64: compute and return
-    in float64.  return_lse: also return the log-sum-exp of each row, ``[B, H, Sq]``.
+    scale: defaults to 1/sqrt(D).  is_causal, stride, window, key_lengths, attn_mask:
+    see :mod:`attnbook.masks` (the causal mask is aligned bottom-right).  float64:
+    compute and return in float64.  return_lse: also return the log-sum-exp of each
+    row, ``[B, H, Sq]``.
     """
-    check_reference_args(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
+    check_reference_args(q, k, v, scale=scale, is_causal=is_causal, attn_mask=attn_mask,
                          key_lengths=key_lengths, stride=stride, window=window)
     b, h, sq, d = q.shape
     sk = k.shape[2]
@@ -52,8 +54,8 @@ def attention_reference(q, k, v, *, scale=None, causal=False, attn_mask=None,
     qf, kf, vf = (t.to(work) for t in (q, expand_kv(k, h), expand_kv(v, h)))
     s = (qf @ kf.transpose(-1, -2)) * scale
     finite = bool(torch.isfinite(s).all())
-    bias = masks.bias(b, h, sq, sk, attn_mask=attn_mask, causal=causal, stride=stride,
-                      window=window, key_lengths=key_lengths, dtype=work,
+    bias = masks.bias(b, h, sq, sk, attn_mask=attn_mask, is_causal=is_causal,
+                      stride=stride, window=window, key_lengths=key_lengths, dtype=work,
                       device=q.device)
     # A masked key is absent: its score is -inf whatever q·k is (a NaN in q·k, or an
     # inf meeting the mask's -inf, would otherwise survive the mask).

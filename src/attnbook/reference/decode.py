@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .attention import attention_reference
-from ..args.attention import FLOATS
+from ..args.attention import FLOATS, takes_is_causal
 from ..args.decode import kvcache_args
 
 __all__ = ["kv_cache_append_reference", "gather_kv", "attention_with_kvcache_reference"]
@@ -49,15 +49,17 @@ def gather_kv(cache, length, b, block_table=None):
     return torch.stack(rows, dim=1)
 
 
+@takes_is_causal
 def attention_with_kvcache_reference(q, k_cache, v_cache, k=None, v=None, *,
-                                     cache_seqlens, block_table=None, causal=True,
+                                     cache_seqlens, block_table=None, is_causal=True,
                                      scale=None,
                                      return_lse=False, return_caches=False):
     """What :func:`attnbook.attention_with_kvcache` computes, in float64, leaving the
     caches untouched: o [B, H, Sq, D] (and the log-sum-exp [B, H, Sq] if ``return_lse``,
     the updated copies of the caches if ``return_caches``). Arguments as there."""
     a = kvcache_args(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens,
-                     block_table=block_table, causal=causal, scale=scale, dtypes=FLOATS)
+                     block_table=block_table, is_causal=is_causal, scale=scale,
+                     dtypes=FLOATS)
     table = None if a.block_table is None else a.block_table.cpu()
     if a.k is not None:
         k_cache, v_cache = kv_cache_append_reference(k_cache, v_cache, a.k, a.v,
@@ -72,8 +74,8 @@ def attention_with_kvcache_reference(q, k_cache, v_cache, k=None, v=None, *,
         kb = gather_kv(k_cache, n, i, table)[None].double()
         vb = gather_kv(v_cache, n, i, table)[None].double()
         o[i], lse[i] = (t[0] for t in attention_reference(
-            q[i:i + 1].double(), kb, vb, causal=causal, scale=a.scale, float64=True,
-            return_lse=True))
+            q[i:i + 1].double(), kb, vb, is_causal=is_causal, scale=a.scale,
+            float64=True, return_lse=True))
     out = (o, lse) if return_lse else (o,)
     out += (k_cache, v_cache) if return_caches else ()
     return out[0] if len(out) == 1 else out

@@ -19,7 +19,8 @@ import torch
 
 from . import masks
 from .attention import expand_kv
-from ..args.attention import check_positive_int, check_reference_args
+from ..args.attention import (check_positive_int, check_reference_args,
+                              takes_is_causal)
 from .flash_tiles import flash_attention_tiles
 
 __all__ = ["flash_backward_tiles", "FlashAttentionTiles", "attention_tiles_autograd"]
@@ -32,14 +33,15 @@ def _group_sum(x: torch.Tensor, hkv: int) -> torch.Tensor:
     return x.reshape(b, hkv, h // hkv, s, d).sum(2)
 
 
+@takes_is_causal
 def flash_backward_tiles(q, k, v, o, lse, do, *, block_q=16, block_k=16, scale=None,
-                         causal=False, attn_mask=None, stride=None, window=None,
+                         is_causal=False, attn_mask=None, stride=None, window=None,
                          key_lengths=None, dlse=None):
     """(dq, dk, dv) of attention for the upstream gradient ``do`` [B, H, Sq, D] (and
     ``dlse`` [B, H, Sq] of the log-sum-exp, if it was used), from the forward's ``o``
     and ``lse``, computed tile by tile; any dtype. Masks as in
     :func:`attnbook.attention_reference`."""
-    check_reference_args(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
+    check_reference_args(q, k, v, scale=scale, is_causal=is_causal, attn_mask=attn_mask,
                          key_lengths=key_lengths, stride=stride, window=window)
     block_q, block_k = (check_positive_int(n, name) for n, name in
                         ((block_q, "block_q"), (block_k, "block_k")))
@@ -47,7 +49,7 @@ def flash_backward_tiles(q, k, v, o, lse, do, *, block_q=16, block_k=16, scale=N
     hkv, sk = k.shape[1], k.shape[2]
     ke, ve = expand_kv(k, h), expand_kv(v, h)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    rules = dict(attn_mask=attn_mask, causal=causal, stride=stride, window=window,
+    rules = dict(attn_mask=attn_mask, is_causal=is_causal, stride=stride, window=window,
                  key_lengths=key_lengths, dtype=q.dtype, device=q.device)
     # D_i = Σ_d dO_id O_id = Σ_j P_ij dP_ij; a gradient of L adds P_ij · dL_i to dS_ij.
     delta = (do * o).sum(-1)
@@ -94,11 +96,12 @@ class FlashAttentionTiles(torch.autograd.Function):
         return dq, dk, dv, None
 
 
+@takes_is_causal
 def attention_tiles_autograd(q, k, v, *, block_q=16, block_k=16, scale=None,
-                             causal=False, stride=None, window=None, key_lengths=None,
-                             attn_mask=None):
+                             is_causal=False, stride=None, window=None,
+                             key_lengths=None, attn_mask=None):
     """softmax(q kᵀ · scale + mask) v, differentiable through Algorithm 2."""
-    options = dict(block_q=block_q, block_k=block_k, scale=scale, causal=causal,
+    options = dict(block_q=block_q, block_k=block_k, scale=scale, is_causal=is_causal,
                    stride=stride, window=window, key_lengths=key_lengths,
                    attn_mask=attn_mask)
     return FlashAttentionTiles.apply(q, k, v, options)

@@ -14,14 +14,16 @@ import torch
 
 from . import masks
 from .attention import expand_kv
-from ..args.attention import check_positive_int, check_reference_args
+from ..args.attention import (check_positive_int, check_reference_args,
+                              takes_is_causal)
 
 __all__ = ["flash_attention_tiles"]
 
 
-def flash_attention_tiles(q, k, v, *, block_q=16, block_k=16, scale=None, causal=False,
-                          attn_mask=None, stride=None, window=None, key_lengths=None,
-                          paper_typo=False, trace=None):
+@takes_is_causal
+def flash_attention_tiles(q, k, v, *, block_q=16, block_k=16, scale=None,
+                          is_causal=False, attn_mask=None, stride=None, window=None,
+                          key_lengths=None, paper_typo=False, trace=None):
     """Returns ``(o, lse)`` for q: [B, H, Sq, D] and k, v: [B, Hkv, Sk, D], computed
     tile by tile; any dtype (float64 for checks). Masks as in
     :func:`attnbook.attention_reference`.
@@ -31,7 +33,7 @@ def flash_attention_tiles(q, k, v, *, block_q=16, block_k=16, scale=None, causal
     ``trace``, a list, receives a record per (query tile, key tile) of batch 0, head 0
     (see :func:`_tile_record`).
     """
-    check_reference_args(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
+    check_reference_args(q, k, v, scale=scale, is_causal=is_causal, attn_mask=attn_mask,
                          key_lengths=key_lengths, stride=stride, window=window)
     block_q, block_k = (check_positive_int(n, name) for n, name in
                         ((block_q, "block_q"), (block_k, "block_k")))
@@ -39,7 +41,7 @@ def flash_attention_tiles(q, k, v, *, block_q=16, block_k=16, scale=None, causal
     sk = k.shape[2]
     k, v = expand_kv(k, h), expand_kv(v, h)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    rules = dict(attn_mask=attn_mask, causal=causal, stride=stride, window=window,
+    rules = dict(attn_mask=attn_mask, is_causal=is_causal, stride=stride, window=window,
                  key_lengths=key_lengths, dtype=q.dtype, device=q.device)
     o = torch.zeros_like(q)
     lse = torch.full((b, h, sq), -math.inf, dtype=q.dtype, device=q.device)

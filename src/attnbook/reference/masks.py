@@ -10,7 +10,7 @@ sees keys ``j <= i``); the two agree only when ``Sq == Sk``.
 
 Rules (all combine by AND):
 
-* causal: ``j <= i + Sk - Sq``
+* causal (``is_causal``): ``j <= i + Sk - Sq``
 * strided: ``j % stride == 0``
 * window ``w``: ``|i + Sk - Sq - j| < w`` (with causal: the ``w`` newest keys)
 * key lengths ``L[b]``: ``j < L[b]`` (padding at the end of each sequence)
@@ -19,11 +19,13 @@ Rules (all combine by AND):
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from ..args.attention import check_attn_mask
+from ..args.attention import check_attn_mask, takes_is_causal
 
-__all__ = ["allowed", "bias", "MASK_KINDS"]
+__all__ = ["allowed", "bias", "cases", "MaskCase", "MASK_KINDS"]
 
 MASK_KINDS = ("none", "causal", "key_padding", "additive", "boolean", "strided",
               "strided_causal", "window", "window_causal")
@@ -35,7 +37,8 @@ def _positions(sq: int, sk: int, rows: slice, cols: slice, device=None):
     return i, j
 
 
-def allowed(sq: int, sk: int, *, causal: bool = False, stride: int | None = None,
+@takes_is_causal
+def allowed(sq: int, sk: int, *, is_causal: bool = False, stride: int | None = None,
             window: int | None = None, key_lengths: torch.Tensor | None = None,
             device=None, rows: slice = slice(None),
             cols: slice = slice(None)) -> torch.Tensor:
@@ -52,7 +55,7 @@ def allowed(sq: int, sk: int, *, causal: bool = False, stride: int | None = None
         raise ValueError(f"window must be a positive int, got {window!r}")
     i, j = _positions(sq, sk, rows, cols, device)
     ok = torch.ones(i.shape[0], j.shape[1], dtype=torch.bool, device=device)
-    if causal:
+    if is_causal:
         ok &= j <= i
     if stride is not None:
         ok &= (j % stride) == 0
@@ -68,14 +71,15 @@ def allowed(sq: int, sk: int, *, causal: bool = False, stride: int | None = None
     return ok
 
 
+@takes_is_causal
 def bias(b: int, h: int, sq: int, sk: int, *, attn_mask: torch.Tensor | None = None,
-         causal: bool = False, stride: int | None = None, window: int | None = None,
+         is_causal: bool = False, stride: int | None = None, window: int | None = None,
          key_lengths: torch.Tensor | None = None, dtype=torch.float32, device=None,
          rows: slice = slice(None), cols: slice = slice(None)) -> torch.Tensor:
     """The additive score bias of every rule together: 0 or the additive mask where
     attention is allowed, -inf where it is not.  Broadcastable to ``[B, H, Sq, Sk]``, or
     to the tile ``[rows, cols]`` of it."""
-    ok = allowed(sq, sk, causal=causal, stride=stride, window=window,
+    ok = allowed(sq, sk, is_causal=is_causal, stride=stride, window=window,
                  key_lengths=key_lengths, device=device, rows=rows, cols=cols)
     out = torch.zeros(ok.shape, dtype=dtype, device=device)
     if attn_mask is not None:
@@ -88,3 +92,34 @@ def bias(b: int, h: int, sq: int, sk: int, *, attn_mask: torch.Tensor | None = N
         else:
             out = out + m.to(dtype)
     return out.masked_fill(~ok, float("-inf"))
+
+
+class MaskCase(NamedTuple):
+    name: str
+    options: dict   # the mask's keywords, for every attention function of the book
+    sdpa_mask: torch.Tensor | None   # the same mask for torch's SDPA: boolean (True =
+    # may attend) or additive, broadcastable to [B, H, Sq, Sk]; None: no mask
+
+
+def cases(b: int, h: int, sq: int, sk: int, *, dtype=torch.float32, device=None,
+          seed: int = 9) -> list[MaskCase]:
+    """One case of each kind of mask the kernels take, in this order: none, causal,
+    key padding (every other sequence half its keys), boolean, additive (in
+    ``dtype``), window (5), causal with stride 3. Tensors on ``device``, drawn from
+    ``seed``: the tests' and the chapters' one source of masks."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([sk // (1 + i % 2) for i in range(b)], device=device)
+    boolean = (torch.rand(b, 1, sq, sk, generator=g) > 0.3).to(device)
+    additive = torch.randn(1, h, sq, sk, generator=g).to(dtype).to(device)
+    out = [MaskCase("none", {}, None)]
+    for name, options in (("causal", dict(is_causal=True)),
+                          ("key padding", dict(key_lengths=lengths)),
+                          ("boolean", dict(attn_mask=boolean)),
+                          ("additive", dict(attn_mask=additive)),
+                          ("window", dict(window=5)),
+                          ("causal stride", dict(is_causal=True, stride=3))):
+        mask = options.get("attn_mask")
+        if mask is None:
+            mask = allowed(sq, sk, device=device, **options)
+        out.append(MaskCase(name, options, mask))
+    return out
