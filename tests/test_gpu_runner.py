@@ -1,6 +1,7 @@
 """python -m attnbook.gpu, as far as a machine without a GPU can take it: the dry run,
 the plan of ten-minute commands, the check stage's refusal, and Nsight Compute's
 comparison with the emulator on the emulator's side."""
+import datetime
 import json
 import os
 import subprocess
@@ -105,6 +106,7 @@ def test_ncu_runs_on_the_gpu_and_the_emulator_side_anywhere(tmp_path, monkeypatc
     assert ncu.main(["--compare", str(tmp_path), "--only", "softmax naive"]) == 0
     saved = json.loads((tmp_path / "compare.json").read_text())
     assert saved["errors"] == {} and saved["device"] == {"gpu": "H200"}
+    assert saved["date"] == datetime.date.today().isoformat()
     (row,) = saved["results"]["softmax naive"]
     assert row["global load requests"]["emulator"] > 0
     assert row["global store sectors"]["emulator"] > 0

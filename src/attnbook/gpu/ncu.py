@@ -11,19 +11,21 @@ counts the same launches with :func:`attnbook.profile` on the emulator (a minute
 more of CPU each, which a lent GPU's minutes are not spent on) and pairs them with
 those files. Per kernel, in launch order (PyTorch's own kernels set aside): warp
 requests and 32-byte sectors of global loads and stores, requests and wavefronts of
-shared loads and stores. Writes ``DIR/compare.json`` (with the GPU's facts where
-``DIR/../check/environment.json`` has them) and ``DIR/compare.md``.
+shared loads and stores. Writes ``DIR/compare.json`` (with the day ncu ran, and the
+GPU's facts where ``DIR/../check/environment.json`` has them) and ``DIR/compare.md``.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import datetime
 import json
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
+import time
 
 from .launches import LAUNCHES
 
@@ -152,7 +154,9 @@ def _compare(out: pathlib.Path, names) -> dict:
             errors[name] = f"no {path.name}: run --out on a GPU first"
             continue
         results[name] = compare(_emulator_counts(name), parse_raw_csv(path.read_text()))
-    saved = dict(results=results, errors=errors)
+    measured = [_csv(out, name).stat().st_mtime for name in results]
+    saved = dict(results=results, errors=errors, date=datetime.date.fromtimestamp(
+        min(measured, default=time.time())).isoformat())
     environment = out.parent / "check" / "environment.json"
     if environment.exists():
         saved["device"] = json.loads(environment.read_text())
