@@ -227,7 +227,7 @@ def test_recorded_results_ship_in_the_wheel(tmp_path):
                    "attnbook/kernels/flash_fp32.cu",
                    "attnbook/kernels/mask.cuh",
                    "attnbook/toolchain/include/attnbook_torch.h",
-                   "attnbook/toolchain/include/emulator/cassert"):
+                   "attnbook/emulator/include/cassert"):
         assert needed in names, needed
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q",

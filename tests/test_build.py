@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import attnbook as ab
-from attnbook.toolchain import emulator
+from attnbook.emulator import emulate
 from attnbook.toolchain.compile import report_build
 from attnbook.toolchain import KERNEL_DIR, find_nvcc
 
@@ -26,7 +26,7 @@ ARCHS = ["sm_75", "sm_80", "sm_90"]
 # ---- the source transform ------------------------------------------------------------
 def test_transform_keeps_every_line():
     src = (HERE / "selftest.cu").read_text()
-    out = emulator.to_cpp(src)
+    out = emulate.to_cpp(src)
     assert out.count("\n") == src.count("\n")
     assert "<<<" not in out and "extern __shared__" not in out
     # Each launch stays on the line it was written on.
@@ -43,7 +43,7 @@ ns::k2<float, 64><<<dim3(1, 2),
 // k<<<1, 1>>>(commented out);
 printf("<<<not a launch>>>");
 """
-    out = emulator.to_cpp(src)
+    out = emulate.to_cpp(src)
     assert 'launch_of(k, "k").cfg(g, b)(x);' in out
     assert 'launch_of(ns::k2<float, 64>, "ns::k2<float, 64>").cfg(dim3(1, 2),' in out
     assert '"<<<not a launch>>>"' in out
@@ -56,7 +56,7 @@ def test_transform_of_shared_declarations():
   __shared__ float a[4][8], b[3];
   __shared__ int c;
 }"""
-    out = emulator.to_cpp(src).splitlines()
+    out = emulate.to_cpp(src).splitlines()
     assert "float* const smem = reinterpret_cast<float*>(" in out[1]
     assert ("poison_static_shared(&a, sizeof(a))" in out[2]
             and "poison_static_shared(&b, sizeof(b))" in out[2])
@@ -66,8 +66,8 @@ def test_transform_of_shared_declarations():
 def test_an_alignment_after_shared_moves_before_it():
     # nvcc takes `__shared__ alignas(16) float t[8];`; after `static thread_local` (the
     # emulator's __shared__) an alignas would sit among the specifiers, an error in C++.
-    out = emulator.to_cpp("__global__ void k() {\n  __shared__ alignas(16) float t[8];"
-                          "\n  __shared__ __align__(8) int u;\n}\n").splitlines()
+    out = emulate.to_cpp("__global__ void k() {\n  __shared__ alignas(16) float t[8];"
+                         "\n  __shared__ __align__(8) int u;\n}\n").splitlines()
     assert out[1].startswith("  alignas(16) __shared__ float attnbook_shared_t[8];")
     assert out[2].startswith("  __align__(8) __shared__ int attnbook_shared_u;")
 
@@ -108,7 +108,7 @@ def test_bad_arguments():
         ab.kernel_source("nope.cu")
 
 
-# ---- the line a build leaves ----------------------------------------------------------
+# ---- the line a build leaves ---------------------------------------------------------
 def test_an_emulator_build_leaves_a_log_record_and_no_output(capsys, caplog):
     """Builds for the emulator take seconds and would leave a line in every notebook
     cell that compiles: they log it. A GPU build, a minute the first time, prints it."""

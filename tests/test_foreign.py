@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import attnbook as ab
-from attnbook.toolchain import emulator
+from attnbook.emulator import emulate
 
 HERE = pathlib.Path(__file__).parent / "cuda"
 
@@ -107,7 +107,7 @@ def test_cuda_launch_kernel(ext):
 # ---- the source transform ------------------------------------------------------------
 def test_transform_of_foreign_forms_keeps_lines():
     src = (HERE / "foreign.cu").read_text()
-    out = emulator.to_cpp(src)
+    out = emulate.to_cpp(src)
     assert out.count("\n") == src.count("\n")
     lines = out.splitlines()
     at = next(i for i, ln in enumerate(src.splitlines()) if "scale_sum<2," in ln
@@ -121,7 +121,7 @@ def test_host_names_of_builtins_are_renamed_in_their_scope_only():
     src = ("void go(dim3 blockDim) { k<<<1, blockDim>>>(); }\n"
            "__global__ void k() { int i = blockIdx.x * blockDim.x; }\n"
            "void h() { dim3 grid(4), blockDim(8); k<<<grid, blockDim>>>(); }\n")
-    lines = emulator.to_cpp(src).splitlines()
+    lines = emulate.to_cpp(src).splitlines()
     assert "dim3 attnbook_host_blockDim)" in lines[0]
     assert ".cfg(1, attnbook_host_blockDim)" in lines[0]
     assert "blockIdx.x * blockDim.x" in lines[1]             # the kernel's built-in
@@ -132,8 +132,8 @@ def test_headers_are_found_in_each_folder_and_beside_each_other(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "outer.cuh").write_text('#include "inner.cuh"\nint outer;\n')
     (tmp_path / "a" / "inner.cuh").write_text("#pragma once\nint inner;\n")
-    out = emulator.inline_headers('#include "outer.cuh"\n#include "inner.cuh"\n',
-                                  "cell.cu", [tmp_path / "missing", tmp_path / "a"])
+    out = emulate.inline_headers('#include "outer.cuh"\n#include "inner.cuh"\n',
+                                 "cell.cu", [tmp_path / "missing", tmp_path / "a"])
     assert out.count("int inner;") == 1 and "int outer;" in out
 
 
@@ -161,11 +161,12 @@ int64_t library_type(int64_t which) { return library_types(int(which)); }
 
 
 def test_libcu_and_cublas_headers_as_kernels_online_use_them():
-    ext = ab.compile("libraries", (HERE / "libraries.cu").read_text(), LIBRARIES_WRAPPER,
-                     ["block_max_of", "library_type"], backend="emulator")
+    ext = ab.compile("libraries", (HERE / "libraries.cu").read_text(),
+                     LIBRARIES_WRAPPER, ["block_max_of", "library_type"],
+                     backend="emulator")
     x = torch.randn(3 * 256, generator=torch.Generator().manual_seed(4))
     out = torch.zeros(3)
-    for order in emulator.ORDERS:
+    for order in emulate.ORDERS:
         with ab.thread_order(order, seed=2):
             ext.block_max_of(x, out)
         torch.testing.assert_close(out, x.view(3, 256).amax(1), rtol=0, atol=0)
@@ -273,7 +274,8 @@ def test_a_header_named_h_is_transformed_too(tmp_path):
 
 def test_a_cublas_call_is_a_compile_error_naming_it():
     src = ("#include <cublas_v2.h>\nvoid gemm(cublasHandle_t h, const float* a, "
-           "float* c) {\n  float one = 1.f;\n  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, "
+           "float* c) {\n  float one = 1.f;\n"
+           "  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, "
            "4, 4, 4, &one, a, 4, a, 4, &one, c, 4);\n}\n")
     with pytest.raises(ab.CompileError, match=r"cell\.cu:4:.*cublasSgemm"):
         ab.compile("foreign_cublas", src, "", [], backend="emulator")

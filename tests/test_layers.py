@@ -9,9 +9,12 @@ import subprocess
 import sys
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "attnbook"
-# Each layer may import those of lower rank only.
-RANK = {"toolchain": 0, "args": 1, "reference": 2, "ops": 3, "bench": 4, "figures": 5,
-        "exercises": 5, "models": 6, "gpu": 7}
+# Each layer may import those of lower rank only, but for the one layer held in two
+# subpackages: the toolchain's compile builds with the emulator, which builds through
+# the toolchain's extension cache; between them, only the modules' graph has no cycle.
+RANK = {"toolchain": 0, "emulator": 0, "args": 1, "reference": 2, "ops": 3, "bench": 4,
+        "figures": 5, "exercises": 5, "models": 6, "gpu": 7}
+ONE_LAYER = {"toolchain", "emulator"}
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -65,7 +68,8 @@ def test_imports_between_layers_go_down():
     up = sorted(f"{m} imports {t}" for m, targets in imports().items()
                 for t, _ in targets
                 if t != "attnbook" and layer(t) != layer(m)
-                and RANK[layer(t)] >= RANK[layer(m)])
+                and RANK[layer(t)] >= RANK[layer(m)]
+                and not {layer(t), layer(m)} <= ONE_LAYER)
     assert not up, up
 
 
@@ -88,8 +92,8 @@ def test_no_private_names_across_modules():
                      if n.startswith("_") and t != m)
     for path in PACKAGE.rglob("*.py"):
         reached += [f"{module_name(path)}: {hit}" for hit in re.findall(
-            r"\b(?:emulator|compile|ptx|sanitizer|ops|flash|registry)\._[a-z]\w*",
-            path.read_text())]
+            r"\b(?:emulat(?:or|e)|compile|ptx|sanitizer|ops|flash|registry)"
+            r"\._[a-z]\w*", path.read_text())]
     assert not reached, reached
 
 

@@ -9,7 +9,7 @@ import torch
 import attnbook as ab
 from attnbook.gpu.launches import LAUNCHES, main
 from attnbook.ops.registry import EXTENSIONS, Extension
-from attnbook.toolchain.emulator import ORDERS
+from attnbook.emulator import ORDERS
 
 
 @pytest.mark.parametrize("name", list(LAUNCHES))

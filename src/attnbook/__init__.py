@@ -5,15 +5,16 @@ One import gives a chapter everything it uses::
     import attnbook as ab
 
 The subpackages name the layers, each using only those listed before it:
-``toolchain`` (kernel text to a Python callable), ``kernels`` (the CUDA sources),
-``args`` (the input checks), ``reference`` (exact PyTorch), ``ops`` (the registered
-torch ops), ``bench``, ``figures``, ``exercises``, ``models`` (small models on the
-kernels, Hugging Face integration); ``gpu`` holds developer tools. The plots
-(matplotlib) and the models (transformers) are imported on first use.
+``toolchain`` (kernel text to a Python callable) with ``emulator`` (the CPU emulator it
+builds with; one layer in two subpackages), ``kernels`` (the CUDA sources), ``args``
+(the input checks), ``reference`` (exact PyTorch), ``ops`` (the registered torch ops),
+``bench``, ``figures``, ``exercises``, ``models`` (small models on the kernels, Hugging
+Face integration); ``gpu`` holds developer tools. The plots (matplotlib) and the
+models (transformers) are imported on first use.
 """
 import importlib
 
-from . import args, bench, exercises, ops, reference, toolchain
+from . import args, bench, emulator, exercises, ops, reference, toolchain
 from .bench import peak_memory
 from .figures import show_kernel, show_source
 from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, TC_STEPS, Attention, PagedKVCache,

@@ -7,7 +7,7 @@ of three whole kernels (a shared-memory tree reduction and a warp-shuffle reduct
 4096 blocks of 256 threads, and the package's fp32 flash forward at B=1, H=4, S=256,
 D=64), with one worker and with one worker per core; and what a call of a reader's
 module adds by default, its tensors copied between guard pages
-(:mod:`attnbook.toolchain.guard`), per thread of the barrier-free kernel, whose one
+(:mod:`attnbook.emulator.guard`), per thread of the barrier-free kernel, whose one
 float per thread is copied in and out. Each figure is the best and the
 median of ``repeats`` runs (7 by default), wall-clock: on a machine shared with other
 work, compare the best ones.
@@ -22,8 +22,8 @@ import time
 
 import torch
 
+from ..emulator import guard, workers
 from ..ops import attention
-from ..toolchain import emulator, guard
 from ..toolchain.compile import compile as compile_kernels
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -66,7 +66,7 @@ def measure(repeats: int = 7) -> list[tuple[str, str, int, float, float]]:
     ]
     rows = []
     for n in sorted({1, core_count()}):
-        with emulator.workers(n):
+        with workers(n):
             for what, unit, blocks, reps, barrier in per_thread:
                 out = torch.empty(blocks * THREADS)
                 count = out.numel() * max(reps, 1) / 1e9

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ..toolchain.compile import kernel_source
-from ..toolchain.emulator import blank_out
+from ..emulator.emulate import blank_out
 
 __all__ = ["show_kernel", "show_source", "declarations"]
 

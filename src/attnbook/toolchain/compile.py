@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from . import emulator, ptx
+from ..emulator import emulate, ptx
 from .cache import (LINK_FLAGS, build_directory, build_lock, cpp_extension,
                     quiet_build)
 
@@ -38,8 +38,7 @@ __all__ = ["compile", "kernel_source", "CompileError",
 TOOLCHAIN_DIR = pathlib.Path(__file__).resolve().parent
 KERNEL_DIR = TOOLCHAIN_DIR.parent / "kernels"
 INCLUDE_DIR = TOOLCHAIN_DIR / "include"
-# stands in for the CUDA toolkit's headers on the CPU
-EMULATOR_DIR = INCLUDE_DIR / "emulator"
+EMULATOR_DIR = emulate.INCLUDE_DIR
 BACKENDS = ("cuda", "emulator")
 # Hidden visibility: each extension keeps its own emulator state (inline statics would
 # otherwise be merged across every loaded extension as GNU unique symbols). -g1: line
@@ -55,7 +54,7 @@ CPU_FLAGS = ["-std=c++20", "-O2", "-fno-strict-aliasing", "-fvisibility=hidden",
              "-fstack-clash-protection", f"-Werror=frame-larger-than={MAX_LOCAL_BYTES}",
              "-DATTNBOOK_EMULATOR"]
 # The checked build (attnbook.sanitize, attnbook.profile): GCC calls __tsan_read4(addr)
-# etc. before every access, which include/emulator/emu_checked.h defines (no
+# etc. before every access, which the emulator's emu_checked.h defines (no
 # ThreadSanitizer runtime is linked). -fno-tree-sra keeps a float4 load one 16-byte
 # access, as on a GPU, where GCC would split it into the four floats the code uses.
 CHECKED_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0",
@@ -169,8 +168,8 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
     :func:`attnbook.profile`; a checked build called outside them checks nothing.
     Outside them, with ``guard_memory``, each call's tensors lie between unmapped
     pages, so that a kernel's access a little past one raises
-    :class:`~attnbook.toolchain.emulator.KernelFault` instead of corrupting the heap
-    (:mod:`attnbook.toolchain.guard`; it copies the arguments: the package's ops, tested
+    :class:`~attnbook.emulator.KernelFault` instead of corrupting the heap
+    (:mod:`attnbook.emulator.guard`; it copies the arguments: the package's ops, tested
     and given large tensors, turn it off)."""
     backend = backend or default_backend()
     if backend not in BACKENDS:
@@ -198,11 +197,11 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
     if backend == "emulator":
         seen = set()   # a header pasted into the kernel text is not pasted again
         try:
-            kernel_text = ptx.to_cpp(emulator.to_cpp(
-                emulator.inline_headers(cuda, src_name, search, seen)))
+            kernel_text = ptx.to_cpp(emulate.to_cpp(
+                emulate.inline_headers(cuda, src_name, search, seen)))
         except SyntaxError as e:
             raise CompileError(f"{src_name}: {e}") from None
-        pasted = emulator.inline_headers(wrapper, "wrapper", search, seen)
+        pasted = emulate.inline_headers(wrapper, "wrapper", search, seen)
         wrapper_text = f'#line 1 "wrapper"\n{pasted}\n'
         cpp = [header + '#include "cuda_emulator.h"\n' + f'#line 1 "{src_name}"\n'
                + kernel_text + "\n" + wrapper_text]
@@ -263,7 +262,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
         twin = None if checked else _Twin(name, cuda, wrapper, functions,
                                           dict(arch=arch, extra_cflags=extra_cflags,
                                                include_dirs=include_dirs))
-        emulator.guard_module(module, functions, twin, guard_memory)
+        emulate.guard_module(module, functions, twin, guard_memory)
     return module
 
 

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from . import emulator, ptx
+from ..emulator import emulate, ptx
 from .cache import LINK_FLAGS
 from .compile import (BACKENDS, CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR,
                       EMULATOR_TARGET, INCLUDE_DIR, CompileError, arch_list,
@@ -42,7 +42,7 @@ _TO_CPU = [(re.compile(r"\bkCUDA\b"), "kCPU"),
 
 
 def _to_cpu(code: str) -> str:
-    masked = emulator.blank_out(code, strings=True)
+    masked = emulate.blank_out(code, strings=True)
     edits = sorted((m.start(), m.end(), new) for pattern, new in _TO_CPU
                    for m in pattern.finditer(masked))
     for start, end, new in reversed(edits):
@@ -99,7 +99,7 @@ def load_extension(path_or_text=None, name: str | None = None, *, sources=None,
         module = build.emulated(arch or "sm_80", checked=False)
         public = [n for n in dir(module) if not n.startswith("_")]
         twin = _Twin(build, arch or "sm_80")
-        return emulator.guard_module(module, public, twin)
+        return emulate.guard_module(module, public, twin)
     return build.cuda(arch or device_arch())
 
 
@@ -117,7 +117,7 @@ class _Twin:
         if self.module is None:
             module = self.build.emulated(self.arch, checked=True)
             public = [n for n in dir(module) if not n.startswith("_")]
-            self.module = emulator.guard_module(module, public)
+            self.module = emulate.guard_module(module, public)
         return self.module
 
 
@@ -135,8 +135,8 @@ class Build:
         texts = []
         for text, file_name in self.files:
             try:
-                code = ptx.to_cpp(emulator.to_cpp(_to_cpu(
-                    emulator.inline_headers(text, file_name, self.folders))))
+                code = ptx.to_cpp(emulate.to_cpp(_to_cpu(
+                    emulate.inline_headers(text, file_name, self.folders))))
             except SyntaxError as e:
                 raise CompileError(f"{file_name}: {e}") from None
             first = ('#include <torch/extension.h>\n#include "cuda_emulator.h"\n'
@@ -160,7 +160,7 @@ class Build:
                                             torch.__version__)
         folder = build_directory(full, self.verbose)
         paths = [write_if_changed(folder / name, text) for text, name in self.files]
-        with emulator.set_env("TORCH_CUDA_ARCH_LIST", arch_list(arch)):
+        with emulate.set_env("TORCH_CUDA_ARCH_LIST", arch_list(arch)):
             return self._load(full, paths, ["-O2", *self.cflags],
                               ["-O3", *self.cuda_cflags], self.folders, arch)
 

@@ -1,0 +1,132 @@
+"""A CUDA program with its own ``main()``, run on the CPU emulator::
+
+    python -m attnbook.emulator.program run [-I DIR] [-D NAME[=VALUE]] [--sanitize]
+                                             [--arch sm_XY] prog.cu [ARGS...]
+
+builds ``prog.cu`` (``cudaMalloc``, ``cudaMemcpy``, kernel launches, events: the
+emulator's host API) with the host compiler against the emulator and runs it with
+``ARGS``, as ``nvcc prog.cu -o prog && ./prog ARGS`` would on a GPU: its output, its
+exit status. ``-I`` and ``-D`` are nvcc's; ``--arch`` sets ``__CUDA_ARCH__`` (sm_80 by
+default); ``--sanitize`` builds it checked, memcheck and racecheck on from the start, as
+:func:`attnbook.sanitize` does for a module. An error of a launch (a faulting thread, a
+failed assert, a memcheck or racecheck report) ends the program with status 1 and its
+message, with the kernel's ``file:line``, on stderr. Executables are cached in torch's
+extension folder, by their text and flags.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import torch
+
+from ..toolchain.compile import (CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR,
+                                 EMULATOR_TARGET, INCLUDE_DIR, CompileError,
+                                 arch_number, build_directory, build_lock,
+                                 cpp_extension, emulator_headers, report_build,
+                                 short_error)
+from . import emulate, ptx, sanitizer
+
+__all__ = ["build", "run", "main"]
+
+# A program's main() is host code, which may keep large arrays on its stack: the
+# device's 512 KiB of local memory bounds kernels only, whose frames cannot be told
+# apart here.
+_FLAGS = [f for f in CPU_FLAGS if not f.startswith("-Werror=frame-larger-than")]
+
+
+def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool = False,
+          verbose: bool = False, log=None) -> pathlib.Path:
+    """The executable of the CUDA program ``source`` (a path) for the emulator,
+    compiled unless cached. ``includes``: folders for ``#include``; ``defines``:
+    ``NAME`` or ``NAME=VALUE``; ``log``: where the build's one line goes (by default
+    the ``attnbook`` logger, see :func:`~attnbook.toolchain.compile.report_build`)."""
+    path = pathlib.Path(source)
+    if not path.is_file():
+        raise FileNotFoundError(f"no program {str(path)!r}")
+    if not re.fullmatch(r"sm_\d{2,3}a?", arch):
+        raise ValueError(f"arch must look like 'sm_80', got {arch!r}")
+    text = path.read_text()
+    folders = [path.parent, *map(pathlib.Path, includes), pathlib.Path.cwd()]
+    try:
+        code = ptx.to_cpp(emulate.to_cpp(emulate.inline_headers(text, path.name,
+                                                                folders)))
+    except SyntaxError as e:
+        raise CompileError(f"{path.name}: {e}") from None
+    cpp = (f'#include "cuda_emulator.h"\n#line 1 "{path.name}"\n{code}\n'
+           '#include "emu_program.h"\n')
+    flags = ["-std=c++20", *_FLAGS, "-DATTNBOOK_PROGRAM",
+             f"-DATTNBOOK_EMU_ARCH={arch_number(arch)}",
+             *(f"-D{d}" for d in defines),
+             *(f"-I{p}" for p in (EMULATOR_DIR, INCLUDE_DIR, *folders)),
+             *(f"-I{p}" for p in cpp_extension.include_paths())]
+    libraries = ["-lpthread", "-ldl"]
+    if sanitize:   # the checked build reports torch's allocations through c10
+        lib = cpp_extension.library_paths()[0]
+        flags += [*CHECKED_FLAGS, "-DATTNBOOK_PROGRAM_CHECKS=3"]
+        libraries = [f"-L{lib}", "-lc10", f"-Wl,-rpath,{lib}", *libraries]
+    key = hashlib.sha256("\0".join([cpp, *flags, *libraries, torch.__version__,
+                                    *emulator_headers()]).encode()).hexdigest()[:12]
+    name = re.sub(r"\W", "_", path.stem)
+    full = f"program_{name}_{'checked' if sanitize else 'emulator'}_{key}"
+    folder = build_directory(full, verbose)
+    exe = folder / name
+    start = time.perf_counter()
+    with build_lock(full, verbose):
+        if not exe.is_file():
+            (folder / f"{name}.cpp").write_text(cpp)
+            command = [os.environ.get("CXX", "c++"), *flags,
+                       str(folder / f"{name}.cpp"), "-o", str(exe), *libraries]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:
+                raise CompileError(f"compiling {path.name} failed:\n"
+                                   + short_error(done.stderr, text, path.name))
+    report_build(name, sanitize, EMULATOR_TARGET, time.perf_counter() - start, log)
+    return exe
+
+
+def run(source, args=(), **options) -> int:
+    """Build the program ``source`` (see :func:`build` for ``options``) and run it with
+    ``args``; once it ends, its stdout and stderr are written to this process's (a
+    notebook's cell shows them), each kernel address named by its ``file:line``.
+    Returns its exit status."""
+    exe = build(source, **options)
+    done = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True)
+    sys.stdout.write(done.stdout)
+    if done.stderr:
+        sys.stderr.write(sanitizer.resolve(done.stderr, str(exe))[0])
+    return done.returncode
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m attnbook.emulator.program",
+        description="Build a CUDA program with its own main() for the CPU emulator "
+                    "and run it, as nvcc prog.cu -o prog && ./prog ARGS would.")
+    parser.add_argument("command", choices=["run"])
+    parser.add_argument("-I", dest="includes", action="append", default=[],
+                        metavar="DIR", help="a folder for #include")
+    parser.add_argument("-D", dest="defines", action="append", default=[],
+                        metavar="NAME[=VALUE]", help="a macro")
+    parser.add_argument("--arch", default="sm_80", help="__CUDA_ARCH__ (sm_80)")
+    parser.add_argument("--sanitize", action="store_true",
+                        help="memcheck and racecheck every launch")
+    parser.add_argument("program", help="the .cu file")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the program's")
+    a = parser.parse_args(argv)
+    try:
+        return run(a.program, a.args, includes=a.includes, defines=a.defines,
+                   arch=a.arch, sanitize=a.sanitize, log=sys.stderr)
+    except (CompileError, FileNotFoundError, ValueError) as e:
+        print(e, file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""A CUDA program with its own main() runs on the emulator as it would after
+``nvcc prog.cu -o prog && ./prog``: ``python -m attnbook.emulator.program run``, its
+output, exit status, -I and -D, and its errors (a fault, memcheck) with their lines."""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+PROGRAMS = pathlib.Path(__file__).parents[1] / "cuda" / "programs"
+SOURCE = PROGRAMS / "sums.cu"
+LINE = next(i for i, text in enumerate(SOURCE.read_text().splitlines(), 1)
+            if "y[i] = SCALE" in text)
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "attnbook.emulator.program", "run",
+                           *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+OPTIONS = ["-I", str(PROGRAMS / "include"), "-D", "SCALE=2"]
+
+
+def test_a_program_prints_and_exits_as_it_would_on_a_gpu():
+    done = run(*OPTIONS, str(SOURCE), "sum")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"sum {2 * sum(range(999))}\n"
+    assert run(*OPTIONS, str(SOURCE), "status").returncode == 3
+
+
+def test_a_faulting_kernel_ends_the_program_with_its_line():
+    done = run(*OPTIONS, str(SOURCE), "far")
+    assert done.returncode == 1 and done.stdout == ""
+    assert "kernel 'scaled', block (0,0,0), thread (0,0,0): illegal memory access: " \
+           "a write at address" in done.stderr
+    assert "at sums.cu:" in done.stderr
+
+
+@pytest.mark.parametrize("sanitize", [False, True])
+def test_memcheck_finds_a_read_one_past_the_end(sanitize):
+    done = run(*OPTIONS, *(["--sanitize"] if sanitize else []), str(SOURCE), "past")
+    if not sanitize:   # memory the process owns: unseen, as often on a GPU
+        assert done.returncode == 0 and done.stdout.startswith("sum ")
+        return
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"memcheck: invalid __global__ read of size 4 bytes at sums.cu:{LINE} in " \
+           "kernel 'scaled' by thread (103,0,0) in block (7,0,0)" in done.stderr
+    assert "0 bytes past the end of a 4000-byte allocation" in done.stderr
+
+
+def test_memcheck_names_a_use_after_free():
+    done = run(*OPTIONS, "--sanitize", str(SOURCE), "freed")
+    assert done.returncode == 1
+    assert f"memcheck: invalid __global__ read of size 4 bytes at sums.cu:{LINE}" \
+        in done.stderr
+    assert "is in a 4194304-byte allocation at 0xADDRESS that was freed before this " \
+           "access (a use after free)" in re.sub(r"0x[0-9a-f]+", "0xADDRESS",
+                                                 done.stderr)
+
+
+def test_build_errors_name_the_line():
+    done = run(str(SOURCE), "sum")   # no -I: launch.cuh is not found
+    assert done.returncode == 1
+    assert "launch.cuh" in done.stderr and "compiling sums.cu failed" in done.stderr
+
+
+def test_math_classification_functions_are_global_as_with_nvcc(tmp_path):
+    # isfinite/isinf/isnan/signbit unqualified, in a kernel and in the host's check of
+    # its results (as llm.c's dev/cuda/common.h has it)
+    (tmp_path / "classify.cu").write_text(
+        "#include <cmath>\n#include <cstdio>\n"
+        "__global__ void classify(const float* x, int* out) {\n"
+        "  float v = x[threadIdx.x];\n"
+        "  out[threadIdx.x] = isfinite(v) + 2 * isinf(v) + 4 * isnan(v)"
+        " + 8 * signbit(v);\n}\n"
+        "int main() {\n"
+        "  float h[4] = {1.f, -INFINITY, NAN, -2.f}, *x;\n  int c[4], *out;\n"
+        "  cudaMalloc(&x, sizeof h);\n  cudaMalloc(&out, sizeof c);\n"
+        "  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice);\n"
+        "  classify<<<1, 4>>>(x, out);\n"
+        "  cudaMemcpy(c, out, sizeof c, cudaMemcpyDeviceToHost);\n"
+        "  for (int i = 0; i < 4; ++i) printf(\"%d %d\\n\", c[i], isfinite(h[i]));\n"
+        "}\n")
+    done = run(str(tmp_path / "classify.cu"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "1 1\n10 0\n4 0\n9 1\n"

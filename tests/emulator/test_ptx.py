@@ -1,0 +1,175 @@
+"""Inline PTX on the emulator: kernels written with raw asm (tests/cuda/ptx_probe.cu)
+against the PTX ISA's fragment tables and instruction semantics, and a clear error for
+an instruction the emulator does not implement."""
+import pathlib
+
+import pytest
+import torch
+
+import attnbook as ab
+from attnbook.reference import fragments as ptx
+from attnbook.emulator import ptx as ptx_transform
+from fragment_cases import check_ldmatrix, gather_c, mma_case
+
+HERE = pathlib.Path(__file__).parents[1] / "cuda"
+
+
+def build(arch=None):
+    return ab.compile("ptx_probe", (HERE / "ptx_probe.cu").read_text(),
+                      (HERE / "ptx_probe_wrapper.cpp").read_text(), ["run"],
+                      backend="emulator", arch=arch)
+
+
+@pytest.fixture(scope="module")
+def ext():
+    return build()
+
+
+def run_mma(ext, kind, k, dtype, a_layout, b_layout):
+    a, b, c, want = mma_case(kind, k, dtype, a_layout, b_layout, c_dtype=dtype)
+    d = torch.zeros(32, 4)
+    ext.run("mma", [a, b, c, d], kind)
+    return gather_c(d), want
+
+
+@pytest.mark.parametrize("kind,k,dtype,a_layout,b_layout,tol", [
+    (0, 16, torch.float16, ptx.a_m16n8k16, ptx.b_m16n8k16, 1e-5),
+    (1, 16, torch.bfloat16, ptx.a_m16n8k16, ptx.b_m16n8k16, 1e-5),
+    (2, 8, torch.float16, ptx.a_m16n8k8, ptx.b_m16n8k8, 1e-5),
+    (3, 16, torch.float16, ptx.a_m16n8k16, ptx.b_m16n8k16, 1e-2),   # f16 accumulators
+])
+def test_mma_against_the_fragment_tables(ext, kind, k, dtype, a_layout, b_layout, tol):
+    D, want = run_mma(ext, kind, k, dtype, a_layout, b_layout)
+    torch.testing.assert_close(D, want, rtol=tol, atol=tol)
+
+
+def test_arch_guard_picks_the_sm75_branch():
+    """Built as sm_75, the #else branch (two m16n8k8) computes the same product; the
+    bf16 instruction, which sm_75 lacks, is compiled out and leaves C."""
+    ext75 = build("sm_75")
+    D, want = run_mma(ext75, 0, 16, torch.float16, ptx.a_m16n8k16, ptx.b_m16n8k16)
+    torch.testing.assert_close(D, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+@pytest.mark.parametrize("trans", [False, True])
+def test_ldmatrix_against_the_fragment_table(ext, n, trans):
+    m = torch.arange(4 * 64, dtype=torch.int32).to(torch.int16)
+    out = torch.zeros(32 * 4, dtype=torch.int32)
+    ext.run(f"ldmatrix_x{n}" + ("_trans" if trans else ""), [m, out], 0)
+    check_ldmatrix(out, n, trans)
+
+
+@pytest.mark.parametrize("src_bytes", [16, 8, 0])
+def test_cp_async_groups_zero_fill_and_waits(ext, src_bytes):
+    src = torch.arange(1, 129, dtype=torch.float32)
+    out = torch.zeros(384)
+    ext.run("cp_async", [src, out], src_bytes)
+    first = src.view(32, 4).clone()
+    first[:, src_bytes // 4:] = 0                        # zero-filled past src-size
+    assert torch.equal(out[:128], first.flatten())
+    assert torch.equal(out[128:256], src)                # after wait_all
+    assert out[256:].isnan().all()                       # the second group, not waited
+
+
+def test_small_instructions(ext):
+    x = torch.arange(128, dtype=torch.float32)
+    out = torch.zeros(32, 8)
+    ext.run("misc", [x, out], 0)
+    lane = torch.arange(32)
+    assert torch.equal(out[:, 0], lane.float())
+    assert torch.equal(out[:, 1], 2.0 ** (lane // 8).float())
+    assert torch.equal(out[:, 2], ((lane ^ 5) * 10).float())
+    assert torch.equal(out[:, 3], torch.full((32,), 70.0))
+    nxt = (lane + 1) % 32
+    assert torch.equal(out[:, 4], x.view(32, 4)[nxt, 2])
+    assert torch.equal(out[:, 5], x.view(32, 4)[nxt, 3])
+    assert torch.equal(out[:, 6], 2.0 * lane + 0.5)
+    assert torch.equal(out[:, 7], torch.where(lane < 16, 1.0, -1.0))
+
+
+def test_128_bit_registers_load_move_and_store(ext):
+    x = torch.randint(-2**62, 2**62, (64,), generator=torch.Generator().manual_seed(5))
+    out = torch.zeros(64, dtype=torch.int64)
+    ext.run("b128", [x, out], 0)
+    assert torch.equal(out, x.view(32, 2).flip(1).flatten())
+
+
+def test_an_unsupported_instruction_in_a_header_names_the_header_and_its_line(tmp_path):
+    (tmp_path / "helpers.cuh").write_text(
+        '#pragma once\n__device__ void fence() {\n'
+        '  asm volatile("wgmma.fence.sync.aligned;");\n}\n')
+    src = '#include "helpers.cuh"\n__global__ void k() { fence(); }\n'
+    with pytest.raises(ab.CompileError, match=r"line 3 of helpers\.cuh: inline PTX "
+                                              r"'wgmma\.fence\.sync\.aligned'"):
+        ab.compile("ptx_in_header", src, "", [], backend="emulator",
+                   include_dirs=[tmp_path])
+
+
+def test_scalar_arithmetic(ext):
+    a, b, c = 0x12345678, 0x9ABCDEF0 - 2**32, 0x0F0F0F0F
+    x, y = 1.5, -2.25
+    bits = torch.tensor([x, y]).view(torch.int32).tolist()
+    out = torch.zeros(10, dtype=torch.int32)
+    ext.run("arith", [torch.tensor([a, b, c, *bits], dtype=torch.int32), out], 0)
+    u = [v % 2**32 for v in out.tolist()]
+    ua, ub = a % 2**32, b % 2**32
+    assert u[0] == (ua + ub) % 2**32
+    assert u[1] == ua * ub >> 32 and u[2] | u[3] << 32 == ua * ub
+    assert u[4] == (a * b + c) % 2**32
+    assert out[5:7].view(torch.float32).tolist() == [x * y + 1, x]   # NaN ignored
+    assert u[7] == ua ^ ub ^ c
+    assert u[8] == int.from_bytes(bytes([ua & 0xFF, ub & 0xFF, ua >> 8 & 0xFF,
+                                         ub >> 8 & 0xFF]), "little")
+    assert out[9] == -c >> 4
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse", "shuffle"])
+def test_named_barriers_order_a_producer_and_consumers(ext, order):
+    x = torch.randn(4 * 32, generator=torch.Generator().manual_seed(4))
+    out = torch.zeros(4 * 64)
+    with ab.thread_order(order):
+        ext.run("named_barriers", [x, out], 4)
+    tiles = x.view(4, 32)
+    want = torch.stack([tiles.roll(-1, 1), tiles.roll(-2, 1)], 1)
+    assert torch.equal(out.view(4, 2, 32), want)
+
+
+def test_named_barriers_order_accesses_for_racecheck(ext):
+    x = torch.randn(4 * 32, generator=torch.Generator().manual_seed(4))
+    out = torch.zeros(4 * 64)
+    with ab.sanitize():   # the producer and consumers above: clean
+        ext.run("named_barriers", [x, out], 4)
+    tiles = x.view(4, 32)
+    assert torch.equal(out.view(4, 2, 32),
+                       torch.stack([tiles.roll(-1, 1), tiles.roll(-2, 1)], 1))
+    with ab.sanitize(), pytest.raises(ab.RaceError) as info:
+        ext.run("named_barrier_race", [x, torch.zeros(64)], 0)
+    lines = (HERE / "ptx_probe.cu").read_text().splitlines()
+    at = {m: f"cell.cu:{lines.index(t) + 1}" for t in lines
+          for m in ("tile-write", "unordered-read") if t.endswith(f"// @{m}")}
+    assert info.value.hazard == "read-after-write"
+    assert info.value.sites == (at["tile-write"], at["unordered-read"])
+
+
+@pytest.mark.parametrize("asm,name", [
+    ('asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");', "wgmma.fence"),
+    ('asm("bar.red.popc.u32 %0, 0, %1;" : "=r"(x) : "r"(x));', "bar.red.popc.u32"),
+    ('asm("add.rz.f32 %0, %1, 1.0;" : "=f"(y) : "f"(y));', "add.rz.f32"),
+    ('asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0}, {%1}, {%2}, {%3};"'
+     ' : "=r"(x) : "r"(x), "r"(x), "r"(x));', "mma.sync.aligned.m16n8k32"),
+])
+def test_unsupported_instruction_is_named(asm, name):
+    src = f"__global__ void k(int x, float y) {{\n  {asm}\n}}\n"
+    with pytest.raises(SyntaxError, match=f"line 2: inline PTX '{name}.*not supported"):
+        ptx_transform.to_cpp(src)
+    with pytest.raises(ab.CompileError, match=f"inline PTX '{name}"):
+        ab.compile("ptx_unsupported", src, "", [], backend="emulator")
+
+
+def test_transform_keeps_lines_and_ignores_strings_and_comments():
+    src = ('// asm("nonsense");\nconst char* s = "asm(\\"x\\")";\n'
+           'asm volatile("mov.u32 %0, %%laneid;"\n             : "=r"(x));\nint y;\n')
+    out = ptx_transform.to_cpp(src)
+    assert out.count("\n") == src.count("\n")
+    assert out.splitlines()[4] == "int y;" and "laneid()" in out.splitlines()[2]
