@@ -11,7 +11,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 
-#include "emu_runtime.h"
+#include "emu_blocks.h"
 
 #define ATTNBOOK_UNCHECKED __attribute__((no_sanitize("thread")))
 #define ATTNBOOK_HOT __attribute__((no_sanitize("thread"), always_inline))

@@ -4,7 +4,7 @@
 // plain build, none.
 #pragma once
 
-#include "emu_runtime.h"
+#include "emu_blocks.h"
 #ifdef ATTNBOOK_CHECKED
 #include "emu_tsan_hooks.h"
 #else
