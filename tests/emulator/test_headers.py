@@ -10,7 +10,7 @@ import pytest
 
 import attnbook as ab
 from attnbook.emulator.emulate import blank_out
-from attnbook.toolchain.cache import cpp_extension
+from attnbook.emulator.cache import cpp_extension
 from attnbook.toolchain.compile import CHECKED_FLAGS, CPU_FLAGS
 
 FOLDER = ab.emulator.INCLUDE_DIR
@@ -18,7 +18,7 @@ HEADERS = sorted(p.relative_to(FOLDER).as_posix() for p in FOLDER.rglob("*")
                  if p.is_file())
 # As the standard headers they stand in for, these redefine assert at each inclusion.
 UNGUARDED = {"assert.h", "cassert"}
-# emu_program.h ends the text of a program (python -m attnbook.emulator.program),
+# emu_program.h ends the text of a program (python -m attnbook.toolchain.program),
 # which is built with these.
 CONTEXT = {"emu_program.h": ["-DATTNBOOK_PROGRAM", "-DATTNBOOK_PROGRAM_CHECKS=3"]}
 

@@ -31,7 +31,7 @@ import threading
 
 import torch
 
-from ..toolchain.cache import LINK_FLAGS, build_lock, cpp_extension, quiet_build
+from .cache import LINK_FLAGS, build_lock, cpp_extension, quiet_build
 
 __all__ = ["guarded_call"]
 

@@ -73,10 +73,9 @@ import os
 import pathlib
 import re
 import subprocess
+import textwrap
 
 import torch
-
-from ..toolchain.text import wrap
 
 __all__ = ["sanitize", "profile", "SanitizerError", "MemcheckError", "RaceError",
            "ProfileReport", "LaunchProfile", "LineCounts"]
@@ -330,7 +329,9 @@ class LaunchProfile:
         raise KeyError(f"no {space} {op} on {location} in kernel {self.kernel!r}")
 
     def __str__(self):
-        out = [wrap(f"kernel '{self.kernel}' grid {self.grid} block {self.block}"),
+        head = f"kernel '{self.kernel}' grid {self.grid} block {self.block}"
+        out = [textwrap.fill(head, 88, subsequent_indent="  ", break_long_words=False,
+                             break_on_hyphens=False),
                f"  {self.shared_bytes} B dynamic shared, {self.barriers} barriers",
                f"{'line':<8}{'space':<8}{'op':<7}{'requests':>10}{'sectors':>10}"
                f"{'/req':>7}{'wavefr.':>10}{'ways':>6}{'bytes':>12}"]

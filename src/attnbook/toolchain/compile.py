@@ -29,8 +29,8 @@ import time
 import torch
 
 from ..emulator import emulate, ptx
-from .cache import (LINK_FLAGS, build_directory, build_lock, cpp_extension,
-                    quiet_build)
+from ..emulator.cache import (LINK_FLAGS, build_directory, build_lock, cpp_extension,
+                              quiet_build)
 
 __all__ = ["compile", "kernel_source", "CompileError",
            "default_backend", "KERNEL_DIR", "INCLUDE_DIR"]

@@ -26,7 +26,7 @@ import time
 import torch
 
 from ..emulator import emulate, ptx
-from .cache import LINK_FLAGS
+from ..emulator.cache import LINK_FLAGS
 from .compile import (BACKENDS, CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR,
                       EMULATOR_TARGET, INCLUDE_DIR, CompileError, arch_list,
                       arch_number, build_lock, device_arch, short_error,

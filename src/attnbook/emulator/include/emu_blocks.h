@@ -88,18 +88,21 @@ extern "C" void attnbook_emu_call_on(void** save, char* top, void (*fn)(void*),
 // Each in a COMDAT group: an extension's translation units each define them, the
 // linker keeps one.
 asm(R"(
-.pushsection .text.attnbook_emu_switch,"axG",@progbits,attnbook_emu_switch,comdat
-.p2align 4
-.globl attnbook_emu_switch
-.hidden attnbook_emu_switch
-.type attnbook_emu_switch,@function
-attnbook_emu_switch:
+.macro attnbook_emu_push_callee_saved
     pushq %rbp
     pushq %rbx
     pushq %r12
     pushq %r13
     pushq %r14
     pushq %r15
+.endm
+.pushsection .text.attnbook_emu_switch,"axG",@progbits,attnbook_emu_switch,comdat
+.p2align 4
+.globl attnbook_emu_switch
+.hidden attnbook_emu_switch
+.type attnbook_emu_switch,@function
+attnbook_emu_switch:
+    attnbook_emu_push_callee_saved
     movq %rsp, (%rdi)
     movq 48(%rsp), %rax
     movq %rsi, %rsp
@@ -122,12 +125,7 @@ attnbook_emu_switch:
 .hidden attnbook_emu_call_on
 .type attnbook_emu_call_on,@function
 attnbook_emu_call_on:
-    pushq %rbp
-    pushq %rbx
-    pushq %r12
-    pushq %r13
-    pushq %r14
-    pushq %r15
+    attnbook_emu_push_callee_saved
     movq %rsp, (%rdi)
     movq %rsi, %rsp
     movq %rcx, %rdi

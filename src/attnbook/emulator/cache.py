@@ -1,6 +1,7 @@
 """The extension cache (``$TORCH_EXTENSIONS_DIR``): each build's folder, a lock on it
-that a killed build does not leave behind, and a quiet builder. Below every module that
-builds (compile, the guard library, programs, whole extensions, ptxas reports)."""
+that a killed build does not leave behind, and a quiet builder. At the bottom with the
+emulator, which builds its guard library here; every build above goes through it too
+(the toolchain's compile, programs, whole extensions, ptxas reports)."""
 from __future__ import annotations
 
 import contextlib

@@ -1,6 +1,6 @@
 """A CUDA program with its own ``main()``, run on the CPU emulator::
 
-    python -m attnbook.emulator.program run [-I DIR] [-D NAME[=VALUE]] [--sanitize]
+    python -m attnbook.toolchain.program run [-I DIR] [-D NAME[=VALUE]] [--sanitize]
                                              [--arch sm_XY] prog.cu [ARGS...]
 
 builds ``prog.cu`` (``cudaMalloc``, ``cudaMemcpy``, kernel launches, events: the
@@ -26,12 +26,11 @@ import time
 
 import torch
 
-from ..toolchain.compile import (CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR,
-                                 EMULATOR_TARGET, INCLUDE_DIR, CompileError,
-                                 arch_number, build_directory, build_lock,
-                                 cpp_extension, emulator_headers, report_build,
-                                 short_error)
-from . import emulate, ptx, sanitizer
+from ..emulator import emulate, ptx, sanitizer
+from .compile import (CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR, EMULATOR_TARGET,
+                      INCLUDE_DIR, CompileError, arch_number, build_directory,
+                      build_lock, cpp_extension, emulator_headers, report_build,
+                      short_error)
 
 __all__ = ["build", "run", "main"]
 
@@ -106,7 +105,7 @@ def run(source, args=(), **options) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attnbook.emulator.program",
+        prog="python -m attnbook.toolchain.program",
         description="Build a CUDA program with its own main() for the CPU emulator "
                     "and run it, as nvcc prog.cu -o prog && ./prog ARGS would.")
     parser.add_argument("command", choices=["run"])

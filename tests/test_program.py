@@ -1,5 +1,5 @@
 """A CUDA program with its own main() runs on the emulator as it would after
-``nvcc prog.cu -o prog && ./prog``: ``python -m attnbook.emulator.program run``, its
+``nvcc prog.cu -o prog && ./prog``: ``python -m attnbook.toolchain.program run``, its
 output, exit status, -I and -D, and its errors (a fault, memcheck) with their lines."""
 import os
 import pathlib
@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-PROGRAMS = pathlib.Path(__file__).parents[1] / "cuda" / "programs"
+PROGRAMS = pathlib.Path(__file__).parent / "cuda" / "programs"
 SOURCE = PROGRAMS / "sums.cu"
 LINE = next(i for i, text in enumerate(SOURCE.read_text().splitlines(), 1)
             if "y[i] = SCALE" in text)
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "attnbook.emulator.program", "run",
+    return subprocess.run([sys.executable, "-m", "attnbook.toolchain.program", "run",
                            *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
