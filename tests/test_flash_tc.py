@@ -187,7 +187,7 @@ def test_the_wrapper_refuses_misaligned_rows(device):
     odd = torch.randn(1 * 2 * 9 * 64 + 1).half().to(device)[1:].view(1, 2, 9, 64)
     none = torch.empty(0, device=device)
     with pytest.raises(RuntimeError, match="16 bytes"):
-        module.forward(odd, odd, odd, none, none, False, 0, 0, 0.125, 5, 64, 64)
+        module.forward(odd, odd, odd, none, none, [0, 0, 0], 0.125, 5, 64, 64)
 
 
 def test_more_than_65535_batch_heads(device):

@@ -27,8 +27,8 @@ TC_SWEEP = {64: ((128, 64),), 128: ((64, 64), (128, 32))}
 @torch.library.custom_op("attnbook::flash_tc_forward", mutates_args=())
 def flash_tc_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      bias: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor],
-                     causal: bool, stride: int, window: int, scale: float, step: int,
-                     block_q: int, block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+                     mask_options: list[int], scale: float, step: int, block_q: int,
+                     block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Step ``step`` of chapter 8 on checked fp16/bf16 inputs (head_dim 64 or 128): o
     [B, H, Sq, D] in q's dtype and the float32 log-sum-exp [B, H, Sq]. Inputs whose rows
     do not start on 16 bytes are copied first; on a GPU, first the device's checks
@@ -39,13 +39,12 @@ def flash_tc_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return tuple(module.forward(
         aligned_rows(q), aligned_rows(k), aligned_rows(v),
         none if bias is None else bias,
-        none if key_lengths is None else key_lengths, causal, stride, window, scale,
-        step, block_q, block_k))
+        none if key_lengths is None else key_lengths, mask_options, scale, step,
+        block_q, block_k))
 
 
 @flash_tc_forward.register_fake
-def _(q, k, v, bias, key_lengths, causal, stride, window, scale, step, block_q,
-      block_k):
+def _(q, k, v, bias, key_lengths, mask_options, scale, step, block_q, block_k):
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
@@ -99,8 +98,8 @@ def tc_forward(a, step: int = 5, tiles=None):
     check_no_mask_grad(a)
     qkv = ((a.q, a.k, a.v) if dp == d
            else (F.pad(t, (0, dp - d)) for t in (a.q, a.k, a.v)))
-    o, lse = flash_tc_forward(*qkv, a.bias, a.key_lengths, a.causal, a.stride, a.window,
-                              a.scale, step, *tiles)
+    o, lse = flash_tc_forward(*qkv, a.bias, a.key_lengths, a.mask_options, a.scale,
+                              step, *tiles)
     return (o, lse) if dp == d else (o[..., :d], lse)
 
 
