@@ -113,7 +113,7 @@ def nan_cases():
         yield which, value, dict(is_causal=True)
 
 
-@pytest.mark.parametrize("step", [1, 5])
+@pytest.mark.parametrize("step", [1, ab.ops.TC_FASTEST, 5])
 @pytest.mark.parametrize("which,value,opts", list(nan_cases()))
 def test_nan_and_inf_as_in_sdpa(step, which, value, opts, device):
     """SDPA's math path, NaN for NaN (masked keys: a masked k never reaches a row; a
