@@ -193,7 +193,9 @@ def test_the_wrapper_refuses_misaligned_rows(device):
 
 def test_more_than_65535_batch_heads(device):
     q = torch.randn(65537, 1, 1, 64).half().to(device)
-    torch.testing.assert_close(ab.attention(q, q, q), q)   # one key: o = v
+    # 65,537 blocks: about a minute on the emulator, more on busy cores
+    with ab.time_budget(900):
+        torch.testing.assert_close(ab.attention(q, q, q), q)   # one key: o = v
 
 
 def test_empty_inputs(device):
