@@ -151,7 +151,9 @@ def test_torch_compile_backward(device):
 
 def test_more_than_65535_heads(device):
     q = torch.randn(65537, 1, 1, 32).to(device).requires_grad_()
-    dq, = torch.autograd.grad(ab.attention(q, q, q).sum(), (q,))
+    # 65,537 blocks: about a minute on the emulator, more on busy cores
+    with ab.time_budget(900):
+        dq, = torch.autograd.grad(ab.attention(q, q, q).sum(), (q,))
     assert torch.allclose(dq, torch.ones_like(dq))     # one key: o = v = q
 
 

@@ -210,7 +210,7 @@ def test_bad_input_is_a_clear_error(device):
     ab.attention(q, k, v, attn_mask=mask.detach()).float().sum().backward()
     assert q.grad is not None
     o, lse = (t.detach() for t in ab.flash_attention_tc(q, k, v, return_lse=True))
-    args = (None, None, None, False, 0, 0, 0.125)
+    args = (None, None, None, [0, 0, 0], 0.125)
     backward = torch.ops.attnbook.flash_tc_backward
     with pytest.raises(ValueError, match="head_dim 32"):
         backward(*[t[..., :32] for t in (o, q, k, v, o)], lse, *args)
@@ -223,7 +223,7 @@ def test_bad_input_is_a_clear_error(device):
 def test_opcheck_of_the_forward_with_its_autograd_and_the_backward(device):
     """Schemas, fakes, the autograd registration and AOT dispatch, by torch.library."""
     q, k, v = leaves((1, 4, 2, 17, 30, 64), torch.float16, device, seed=11)
-    masks = (None, None, True, 0, 0, 0.125)
+    masks = (None, None, [1, 0, 0], 0.125)
     forward = torch.ops.attnbook.flash_tc_forward
     torch.library.opcheck(forward.default, (q, k, v, *masks, 5, 64, 64))
     o, lse = (t.detach() for t in forward(q, k, v, *masks, 5, 64, 64))

@@ -157,7 +157,7 @@ def test_register_tiles_copy_rows_that_do_not_start_on_16_bytes(device):
     module = ab.ops.registry.extension("flash_fp32").module(device)
     none = q.new_empty(0)
     with pytest.raises(RuntimeError, match="q must start on 16 bytes"):
-        module.flash_forward(q, k, v, none, none, False, 0, 0, 0.125, 2, 64, 64)
+        module.flash_forward(q, k, v, none, none, [0, 0, 0], 0.125, 2, 64, 64)
 
 
 def test_step_3_is_differentiated_by_step_2s_backward(device):

@@ -100,7 +100,7 @@ class AttentionArgs:
     [B, Hkv, Sk, D] views (leading dims flattened into B, head dim contiguous), the mask
     as an additive float32 [B, H, Sq, Sk] view (stride 0 where it broadcasts) or None,
     key lengths as int32 [B] clamped to [0, Sk] or None, stride and window as ints
-    (0 = off)."""
+    (0 = off); :attr:`mask_options` holds the last three as the kernels take them."""
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
@@ -111,6 +111,13 @@ class AttentionArgs:
     window: int
     scale: float
     out_shape: tuple
+
+    @property
+    def mask_options(self) -> list[int]:
+        """The mask's scalar options as every op and C++ wrapper takes them, in
+        ``MaskParams``'s order (kernels/mask_params.h): [causal, stride, window]. A new
+        option is a field here, there and in the wrappers' ``mask_params``."""
+        return [int(self.causal), self.stride, self.window]
 
     def output(self, o: torch.Tensor) -> torch.Tensor:
         """The kernel's [B, H, Sq, D] output in the shape of the caller's q."""

@@ -336,7 +336,7 @@ def _forward_for_backward(d, dtype=torch.float32):
 
 
 def _backward_run(step, q, k, v, o, lse):
-    masks = (None, None, None, False, 0, 0, q.shape[-1] ** -0.5)
+    masks = (None, None, None, [0, 0, 0], q.shape[-1] ** -0.5)
     if step == "tc":
         flash_tc_backward(torch.ones_like(o), q, k, v, o, lse, *masks)
     else:

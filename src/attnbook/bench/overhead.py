@@ -29,7 +29,7 @@ def measure(device="cpu") -> dict:
     q = torch.randn(1, 1, 1, 32, device=device)
     none = q.new_empty(0)
     ext = extension("flash_fp32").module(q.device)
-    args = (False, 0, 0, 32 ** -0.5, FLASH_FP32_FASTEST,
+    args = ([0, 0, 0], 32 ** -0.5, FLASH_FP32_FASTEST,
             *FLASH_FP32_TILES[FLASH_FP32_FASTEST])
     return {
         "extension function (kernel + pybind)": _median_us(

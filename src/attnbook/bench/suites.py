@@ -187,7 +187,8 @@ def chapter08():
                                                              step=n)) for n in TC_STEPS}
         for tiles in TC_SWEEP[d]:
             fns[f"step 5 {tiles[0]}x{tiles[1]}"] = (
-                lambda t=tiles: flash_attention_tc(q, k, v, is_causal=causal, tiles=t))
+                lambda t=tiles: flash_attention_tc(q, k, v, is_causal=causal, step=5,
+                                                   tiles=t))
         for name, backend in (("sdpa flash", SDPBackend.FLASH_ATTENTION),
                               ("sdpa efficient", SDPBackend.EFFICIENT_ATTENTION),
                               ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION)):

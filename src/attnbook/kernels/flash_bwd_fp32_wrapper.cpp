@@ -9,7 +9,7 @@
 std::vector<at::Tensor> backward(at::Tensor dout, at::Tensor q, at::Tensor k,
                                  at::Tensor v, at::Tensor o, at::Tensor lse,
                                  at::Tensor dlse, at::Tensor bias, at::Tensor lengths,
-                                 bool causal, int64_t stride, int64_t window,
+                                 const std::vector<int64_t>& mask_options,
                                  double scale, int64_t step) {
   const char* names[] = {"dout", "q", "k", "v", "o"};
   const at::Tensor* tensors[] = {&dout, &q, &k, &v, &o};
@@ -20,7 +20,7 @@ std::vector<at::Tensor> backward(at::Tensor dout, at::Tensor q, at::Tensor k,
               "B·H, Sq and Sk must be below 2^31");
   if (step == 2)   // 16-byte loads and stores
     for (int i = 0; i < 4; ++i) check_aligned(*tensors[i], names[i]);
-  const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
+  const MaskParams mask = mask_params(bias, lengths, mask_options);
   attnbook::DeviceGuard guard(q);
   at::Tensor dq = q.new_zeros(q.sizes()), dk = k.new_zeros(k.sizes()),
              dv = v.new_zeros(v.sizes());

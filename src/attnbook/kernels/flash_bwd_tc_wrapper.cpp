@@ -9,7 +9,7 @@
 std::vector<at::Tensor> backward(at::Tensor dout, at::Tensor q, at::Tensor k,
                                  at::Tensor v, at::Tensor o, at::Tensor lse,
                                  at::Tensor dlse, at::Tensor bias, at::Tensor lengths,
-                                 bool causal, int64_t stride, int64_t window,
+                                 const std::vector<int64_t>& mask_options,
                                  double scale) {
   const bool bf16 = q.scalar_type() == at::kBFloat16;
   const auto dtype = bf16 ? at::kBFloat16 : at::kHalf;
@@ -20,7 +20,7 @@ std::vector<at::Tensor> backward(at::Tensor dout, at::Tensor q, at::Tensor k,
   const bool has_dlse = check_backward_args(q, o, dout, lse, dlse);
   TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX - 256 && Sk <= INT32_MAX - 256,
               "B·H, Sq and Sk must be below 2^31 - 256");
-  const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
+  const MaskParams mask = mask_params(bias, lengths, mask_options);
   attnbook::DeviceGuard guard(q);
   at::Tensor dq = q.new_zeros(q.sizes()), dk = k.new_zeros(k.sizes()),
              dv = v.new_zeros(v.sizes());

@@ -7,14 +7,15 @@
 // o: a new contiguous [B, H, Sq, D]; lse: a new [B, H, Sq] (-inf where no key is
 // admitted).
 std::vector<at::Tensor> flash_forward(at::Tensor q, at::Tensor k, at::Tensor v,
-                                      at::Tensor bias, at::Tensor lengths, bool causal,
-                                      int64_t stride, int64_t window, double scale,
-                                      int64_t step, int64_t block_q, int64_t block_k) {
+                                      at::Tensor bias, at::Tensor lengths,
+                                      const std::vector<int64_t>& mask_options,
+                                      double scale, int64_t step, int64_t block_q,
+                                      int64_t block_k) {
   const Layout lq = layout_of(q, "q"), lk = layout_of(k, "k"), lv = layout_of(v, "v");
   const auto [B, H, Hkv, Sq, Sk, D] = attention_shape(q, k, v);
   TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX,
               "B·H, Sq and Sk must be below 2^31");
-  const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
+  const MaskParams mask = mask_params(bias, lengths, mask_options);
   if (step >= 2)
     for (const auto& [t, name] : {std::pair{q, "q"}, {k, "k"}, {v, "v"}})
       check_aligned(t, name);

@@ -6,8 +6,8 @@
 
 // o: a new contiguous [B, H, Sq, D] of q's dtype; lse: a new float [B, H, Sq].
 std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
-                                at::Tensor bias, at::Tensor lengths, bool causal,
-                                int64_t stride, int64_t window, double scale,
+                                at::Tensor bias, at::Tensor lengths,
+                                const std::vector<int64_t>& mask_options, double scale,
                                 int64_t step, int64_t block_q, int64_t block_k) {
   const bool bf16 = q.scalar_type() == at::kBFloat16;
   const auto dtype = bf16 ? at::kBFloat16 : at::kHalf;
@@ -17,7 +17,7 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
   TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX - 256 && Sk <= INT32_MAX - 256,
               "B·H, Sq and Sk must be below 2^31 - 256");
   TORCH_CHECK(block_q % 16 == 0 && block_q > 0, "block_q must be a multiple of 16");
-  const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
+  const MaskParams mask = mask_params(bias, lengths, mask_options);
   attnbook::DeviceGuard guard(q);
   at::Tensor o = q.new_empty({B, H, Sq, D});
   at::Tensor lse = q.new_empty({B, H, Sq}, q.options().dtype(at::kFloat));

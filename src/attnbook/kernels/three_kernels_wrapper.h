@@ -10,8 +10,8 @@
 // B·H·Sq·ceil(Sk / key_step) floats.
 template <decltype(&attention_naive) Launch>
 at::Tensor three_kernel_forward(at::Tensor q, at::Tensor k, at::Tensor v,
-                                at::Tensor bias, at::Tensor lengths, bool causal,
-                                int64_t stride, int64_t window, double scale,
+                                at::Tensor bias, at::Tensor lengths,
+                                const std::vector<int64_t>& mask_options, double scale,
                                 int64_t key_step) {
   const Layout lq = layout_of(q, "q"), lk = layout_of(k, "k"), lv = layout_of(v, "v");
   const auto [B, H, Hkv, Sq, Sk, D] = attention_shape(q, k, v);
@@ -19,7 +19,7 @@ at::Tensor three_kernel_forward(at::Tensor q, at::Tensor k, at::Tensor v,
   const int64_t Sc = (Sk + key_step - 1) / key_step;
   TORCH_CHECK(B * H * Sq <= INT32_MAX && Sc * D * key_step <= INT32_MAX,
               "B·H·Sq and Sk·D must be below 2^31 for the three-kernel paths");
-  const MaskParams mask = mask_params(bias, lengths, causal, stride, window);
+  const MaskParams mask = mask_params(bias, lengths, mask_options);
   attnbook::DeviceGuard guard(q);
   at::Tensor o = q.new_empty({B, H, Sq, D});
   if (o.numel() == 0) return o;

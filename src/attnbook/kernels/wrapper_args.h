@@ -66,16 +66,19 @@ inline bool check_backward_args(const at::Tensor& q, const at::Tensor& o,
 }
 
 // bias: additive mask viewed as [B, H, Sq, Sk] with broadcast strides (numel 0: none);
-// lengths: int32 [B] key lengths (numel 0: none). stride and window: 0 (off) or
-// positive, already reduced to 32 bits by the Python checks; checked again here.
+// lengths: int32 [B] key lengths (numel 0: none); options: the scalar options in
+// MaskParams' order, [causal, stride, window] (AttentionArgs.mask_options), stride and
+// window 0 (off) or positive, already reduced to 32 bits by the Python checks and
+// checked again here. A new scalar option is one line here.
 inline MaskParams mask_params(const at::Tensor& bias, const at::Tensor& lengths,
-                              bool causal, int64_t stride, int64_t window) {
-  TORCH_CHECK(stride >= 0 && stride <= INT32_MAX && window >= 0 && window <= INT32_MAX,
-              "stride and window must be in [0, 2^31)");
+                              const std::vector<int64_t>& options) {
+  TORCH_CHECK(options.size() == 3, "mask options must be [causal, stride, window]");
+  for (const int64_t x : options)
+    TORCH_CHECK(x >= 0 && x <= INT32_MAX, "mask options must be in [0, 2^31)");
   MaskParams m;
-  m.causal = causal;
-  m.stride = int(stride);
-  m.window = int(window);
+  m.causal = options[0] != 0;
+  m.stride = int(options[1]);
+  m.window = int(options[2]);
   if (bias.numel() > 0) {
     attnbook::check_tensor(bias, "bias", at::kFloat, /*contiguous=*/false);
     TORCH_CHECK(bias.dim() == 4, "bias must be a float [B, H, Sq, Sk] view");

@@ -8,7 +8,7 @@ from . import backward_tc   # and flash_tc_forward
 from .attention import IMPLS, Attention, attention, three_kernels
 from .decode import attention_with_kvcache
 from .flash import flash_attention_fp32
-from .flash_tc import TC_STEPS, flash_attention_tc
+from .flash_tc import TC_FASTEST, TC_STEPS, flash_attention_tc
 from .gemm import GEMM_STEPS, gemm
 from .kv_cache import kv_cache_append
 from .paged_kv_cache import PagedKVCache

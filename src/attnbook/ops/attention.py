@@ -28,20 +28,20 @@ IMPLS = ("flash", "tiled", "naive")
 def three_kernel_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          bias: Optional[torch.Tensor],
                          key_lengths: Optional[torch.Tensor],
-                         causal: bool, stride: int, window: int, scale: float,
-                         impl: str, key_step: int) -> torch.Tensor:
+                         mask_options: list[int], scale: float, impl: str,
+                         key_step: int) -> torch.Tensor:
     """The naive or tiled path on checked inputs: scores, softmax and P·V as three
     kernels, the scores in a [B, H, Sq, ceil(Sk / key_step)] workspace. Returns o
     [B, H, Sq, D]."""
     module = extension(f"{impl}_attention").module(q.device)
     none = q.new_empty(0)
     return module.forward(q, k, v, none if bias is None else bias,
-                          none if key_lengths is None else key_lengths, causal, stride,
-                          window, scale, key_step)
+                          none if key_lengths is None else key_lengths, mask_options,
+                          scale, key_step)
 
 
 @three_kernel_forward.register_fake
-def _(q, k, v, bias, key_lengths, causal, stride, window, scale, impl, key_step):
+def _(q, k, v, bias, key_lengths, mask_options, scale, impl, key_step):
     return q.new_empty(q.shape)
 
 
@@ -56,8 +56,8 @@ def _three_kernel_path(a, impl, gather=True):
     if impl == "tiled":
         qkv = tuple(t.contiguous() for t in qkv)
     key_step = a.stride if impl == "tiled" and a.stride and gather else 1
-    o = three_kernel_forward(*qkv, a.bias, a.key_lengths, a.causal, a.stride, a.window,
-                             a.scale, impl, key_step)
+    o = three_kernel_forward(*qkv, a.bias, a.key_lengths, a.mask_options, a.scale,
+                             impl, key_step)
     return a.output(o)
 
 
@@ -115,8 +115,8 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
         return q.new_zeros(a.out_shape)
     tiles = check_flash_config(a.q.shape[-1])
     check_no_mask_grad(a)
-    o, _ = flash_forward(a.q, a.k, a.v, a.bias, a.key_lengths, a.causal, a.stride,
-                         a.window, a.scale, FLASH_FP32_FASTEST, *tiles)
+    o, _ = flash_forward(a.q, a.k, a.v, a.bias, a.key_lengths, a.mask_options,
+                         a.scale, FLASH_FP32_FASTEST, *tiles)
     return a.output(o)
 
 

@@ -21,8 +21,8 @@ def flash_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                    v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                    dlse: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                    key_lengths: Optional[torch.Tensor],
-                   causal: bool, stride: int, window: int, scale: float,
-                   step: int = 2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   mask_options: list[int], scale: float, step: int = 2
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of the fused forward for the upstream gradients ``dout`` (and ``dlse``
     of the log-sum-exp, or None), on contiguous checked inputs, by step ``step`` of the
     backward (:data:`FLASH_BWD_FP32_STEPS`)."""
@@ -33,21 +33,20 @@ def flash_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     return tuple(module.backward(
         dout, q, k, v, o, lse, none if dlse is None else dlse,
         none if bias is None else bias, none if key_lengths is None else key_lengths,
-        causal, stride, window, scale, step))
+        mask_options, scale, step))
 
 
 @flash_backward.register_fake
-def _(dout, q, k, v, o, lse, dlse, bias, key_lengths, causal, stride, window, scale,
-      step=2):
+def _(dout, q, k, v, o, lse, dlse, bias, key_lengths, mask_options, scale, step=2):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, bias, key_lengths, causal, stride, window, scale, step, *_ = inputs
+    q, k, v, bias, key_lengths, mask_options, scale, step, *_ = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, bias, key_lengths)
     # forward step 3 is step 2 sized for occupancy: its backward is step 2's
-    ctx.options = (causal, stride, window, scale, min(step, 2))
+    ctx.options = (mask_options, scale, min(step, 2))
 
 
 def _backward(ctx, do, dlse):
@@ -56,7 +55,7 @@ def _backward(ctx, do, dlse):
                                 v.contiguous(), o, lse,
                                 None if dlse is None else dlse.contiguous(), bias,
                                 key_lengths, *ctx.options)
-    return dq, dk, dv, *[None] * 9
+    return dq, dk, dv, *[None] * 7
 
 
 flash_forward.register_autograd(_backward, setup_context=_setup_context)

@@ -19,9 +19,8 @@ __all__ = ["flash_tc_backward"]
 def flash_tc_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                       v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                       dlse: Optional[torch.Tensor], bias: Optional[torch.Tensor],
-                      key_lengths: Optional[torch.Tensor], causal: bool, stride: int,
-                      window: int, scale: float
-                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                      key_lengths: Optional[torch.Tensor], mask_options: list[int],
+                      scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (in q's dtype) of the tensor-core forward for the upstream gradients
     ``dout`` (and ``dlse`` of the float32 log-sum-exp, or None), on checked fp16/bf16
     inputs of head_dim 64 or 128. Inputs are made contiguous with rows on 16 bytes."""
@@ -35,26 +34,26 @@ def flash_tc_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
         dout, q, k, v, o, lse.contiguous(),
         none if dlse is None else dlse.contiguous(),
         none if bias is None else bias, none if key_lengths is None else key_lengths,
-        causal, stride, window, scale))
+        mask_options, scale))
 
 
 @flash_tc_backward.register_fake
-def _(dout, q, k, v, o, lse, dlse, bias, key_lengths, causal, stride, window, scale):
+def _(dout, q, k, v, o, lse, dlse, bias, key_lengths, mask_options, scale):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, bias, key_lengths, causal, stride, window, scale, *_ = inputs
+    q, k, v, bias, key_lengths, mask_options, scale, *_ = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, bias, key_lengths)
-    ctx.options = (causal, stride, window, scale)
+    ctx.options = (mask_options, scale)
 
 
 def _backward(ctx, do, dlse):
     q, k, v, o, lse, bias, key_lengths = ctx.saved_tensors
     dq, dk, dv = flash_tc_backward(do, q, k, v, o, lse, dlse, bias, key_lengths,
                                    *ctx.options)
-    return dq, dk, dv, *[None] * 9
+    return dq, dk, dv, *[None] * 7
 
 
 flash_tc_forward.register_autograd(_backward, setup_context=_setup_context)

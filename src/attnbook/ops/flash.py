@@ -41,8 +41,8 @@ def aligned_rows(t: torch.Tensor) -> torch.Tensor:
 @torch.library.custom_op("attnbook::flash_forward", mutates_args=())
 def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   bias: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor],
-                  causal: bool, stride: int, window: int, scale: float, step: int,
-                  block_q: int, block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+                  mask_options: list[int], scale: float, step: int, block_q: int,
+                  block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Step ``step`` of the fused forward on checked inputs (see
     :class:`~attnbook.args.attention.AttentionArgs`): o [B, H, Sq, D] and the
     log-sum-exp [B, H, Sq] a backward pass needs. Steps 2 and 3 copy inputs whose rows
@@ -53,12 +53,11 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return tuple(extension("flash_fp32").module(q.device).flash_forward(
         q, k, v, none if bias is None else bias,
         none if key_lengths is None else key_lengths,
-        causal, stride, window, scale, step, block_q, block_k))
+        mask_options, scale, step, block_q, block_k))
 
 
 @flash_forward.register_fake
-def _(q, k, v, bias, key_lengths, causal, stride, window, scale, step, block_q,
-      block_k):
+def _(q, k, v, bias, key_lengths, mask_options, scale, step, block_q, block_k):
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1])
 
 
@@ -106,7 +105,7 @@ def flash_attention_fp32(q, k, v, *, is_causal=False, scale=None, attn_mask=None
                        window=window, key_lengths=key_lengths)
     tiles = check_flash_config(a.q.shape[-1], tiles, step)
     check_no_mask_grad(a)
-    o, lse = flash_forward(a.q, a.k, a.v, a.bias, a.key_lengths, a.causal, a.stride,
-                           a.window, a.scale, step, *tiles)
+    o, lse = flash_forward(a.q, a.k, a.v, a.bias, a.key_lengths, a.mask_options,
+                           a.scale, step, *tiles)
     o = a.output(o)
     return (o, lse.reshape(a.out_shape[:-1])) if return_lse else o

@@ -13,11 +13,16 @@ from .flash import aligned_rows, check_no_mask_grad
 from .registry import extension
 
 __all__ = ["flash_attention_tc", "flash_tc_forward", "tc_forward", "TC_STEPS",
-           "TC_HEAD_DIMS", "TC_TILES", "TC_SWEEP"]
+           "TC_FASTEST", "TC_HEAD_DIMS", "TC_TILES", "TC_SWEEP"]
 
 # The chapter's steps, each a kernel of kernels/flash_tc*.
 TC_STEPS = {1: "mma.sync", 2: "ldmatrix", 3: "swizzled shared memory",
             4: "cp.async pipeline", 5: "P in registers"}
+# The step flash_attention_tc and ab.attention run in float16 and bfloat16: on the H200
+# (B·S = 32768, H = 16, D = 64 and 128, S = 512 ... 16384, causal and not, fp16 and
+# bf16; bench/results/08) step 3 took the least time of the five at every shape; step 5
+# took 1.05-1.68 times as long.
+TC_FASTEST = 3
 TC_HEAD_DIMS = (64, 128)   # other head dims up to 128 are zero-padded to one of these
 TC_TILES = {64: (64, 64), 128: (64, 32)}   # (Br, Bc) of every step
 # (Br, Bc) compiled for step 5 besides TC_TILES, for the tile sweep.
@@ -27,8 +32,8 @@ TC_SWEEP = {64: ((128, 64),), 128: ((64, 64), (128, 32))}
 @torch.library.custom_op("attnbook::flash_tc_forward", mutates_args=())
 def flash_tc_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      bias: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor],
-                     causal: bool, stride: int, window: int, scale: float, step: int,
-                     block_q: int, block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+                     mask_options: list[int], scale: float, step: int, block_q: int,
+                     block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Step ``step`` of chapter 8 on checked fp16/bf16 inputs (head_dim 64 or 128): o
     [B, H, Sq, D] in q's dtype and the float32 log-sum-exp [B, H, Sq]. Inputs whose rows
     do not start on 16 bytes are copied first; on a GPU, first the device's checks
@@ -39,13 +44,12 @@ def flash_tc_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return tuple(module.forward(
         aligned_rows(q), aligned_rows(k), aligned_rows(v),
         none if bias is None else bias,
-        none if key_lengths is None else key_lengths, causal, stride, window, scale,
-        step, block_q, block_k))
+        none if key_lengths is None else key_lengths, mask_options, scale, step,
+        block_q, block_k))
 
 
 @flash_tc_forward.register_fake
-def _(q, k, v, bias, key_lengths, causal, stride, window, scale, step, block_q,
-      block_k):
+def _(q, k, v, bias, key_lengths, mask_options, scale, step, block_q, block_k):
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
@@ -87,7 +91,7 @@ def _tiles(step: int, d: int, tiles) -> tuple:
     return tiles
 
 
-def tc_forward(a, step: int = 5, tiles=None):
+def tc_forward(a, step: int = TC_FASTEST, tiles=None):
     """o [B, H, Sq, D] and lse [B, H, Sq] of step ``step`` on checked half-precision
     arguments (:class:`~attnbook.args.attention.AttentionArgs`)."""
     d = a.q.shape[-1]
@@ -99,19 +103,20 @@ def tc_forward(a, step: int = 5, tiles=None):
     check_no_mask_grad(a)
     qkv = ((a.q, a.k, a.v) if dp == d
            else (F.pad(t, (0, dp - d)) for t in (a.q, a.k, a.v)))
-    o, lse = flash_tc_forward(*qkv, a.bias, a.key_lengths, a.causal, a.stride, a.window,
-                              a.scale, step, *tiles)
+    o, lse = flash_tc_forward(*qkv, a.bias, a.key_lengths, a.mask_options, a.scale,
+                              step, *tiles)
     return (o, lse) if dp == d else (o[..., :d], lse)
 
 
 def flash_attention_tc(q, k, v, attn_mask=None, is_causal=False, scale=None, *,
-                       stride=None, window=None, key_lengths=None, step=5, tiles=None,
+                       stride=None, window=None, key_lengths=None, step=TC_FASTEST,
+                       tiles=None,
                        return_lse=False):
     """softmax(q kᵀ · scale + mask) v on tensor cores, for float16 and bfloat16 inputs
     (bfloat16 needs sm_80 on a GPU; the emulator runs both). Arguments as for
     :func:`attnbook.attention`; head_dim up to 128 (64 and 128 run as they are, others
     are zero-padded to the next of them). ``step``: the chapter's kernel, 1–5
-    (:data:`TC_STEPS`); ``tiles`` = (Br, Bc): :data:`TC_TILES` by default, or for step 5
+    (:data:`TC_STEPS`), by default the fastest measured (:data:`TC_FASTEST`); ``tiles`` = (Br, Bc): :data:`TC_TILES` by default, or for step 5
     one of :data:`TC_SWEEP`. Returns o in q's dtype (and the float32 log-sum-exp if
     ``return_lse``), differentiable in q, k and v through the tensor-core backward
     (:mod:`attnbook.ops.backward_tc`), whichever step ran."""
