@@ -10,7 +10,8 @@ import logging
 import pathlib
 import warnings
 
-__all__ = ["build_directory", "build_lock", "quiet_build", "cpp_extension", "LINK_FLAGS"]
+__all__ = ["build_directory", "build_lock", "quiet_build", "cpp_extension",
+           "LINK_FLAGS"]
 
 # Every extension links the shared libstdc++ by name, ahead of the -lstdc++ the
 # compiler adds. Where the linker finds libstdc++.a first, -lstdc++ alone copies a

@@ -6,8 +6,8 @@ import torch
 
 from ..reference import masks
 
-__all__ = ["draw_mask", "mask_panels", "mask_gallery", "plot_metric", "plot_times", "plot_pct_peak",
-           "plot_memory", "plot_speedups", "plot_sweep", "plot_losses"]
+__all__ = ["draw_mask", "mask_panels", "mask_gallery", "plot_metric", "plot_times",
+           "plot_pct_peak", "plot_memory", "plot_speedups", "plot_sweep", "plot_losses"]
 
 # (title, Sq, Sk, rules) of each panel of the gallery of mask kinds.
 GALLERY = [
