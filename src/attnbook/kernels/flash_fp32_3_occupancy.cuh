@@ -20,8 +20,12 @@
 // shifted down by one), so that no row's or key's mask offsets stay in registers; and
 // the staging loops make whole passes of the block, their addresses a base plus
 // constants. __launch_bounds__(256, 4) holds ptxas to 64 at D ≤ 64 ((256, 2) above,
-// as step 2): no spills for sm_75 and sm_80; for sm_90 one word spills, the key
-// loop's end, reloaded once per key tile.
+// as step 2), with no spills on sm_75, sm_80 and sm_90, as the key loop leaves the
+// padding to its own end: kv_end stops at key_lengths[b], and no key at or past kv_end
+// is admitted (the causal diagonal and the window end it too). So the loop masks keys
+// j ≥ kv_end itself, counts a tile that crosses kv_end as guarded, and hands on the
+// mask without key_lengths: b is dead in the loop. With b live, sm_90 spilled one word
+// (kv_end, reloaded once per key tile).
 //
 // Everything else is step 2's: the 16 x 16 grid of 4 x 4 tiles, at least 8 FMAs per
 // shared-memory load, the swizzles, NaN, inf and masked keys, and the global traffic
@@ -76,6 +80,8 @@ __global__ void __launch_bounds__(kRtThreads, occupancy_blocks<D>())
 
   int kv_begin, kv_end;   // the same for every thread of the block: the barriers match
   admitted_key_range(mask, b, row_lo, row_hi, Sq, Sk, &kv_begin, &kv_end);
+  MaskParams in_loop = mask;       // j < kv_end masks the padding: no key_lengths[b],
+  in_loop.key_lengths = nullptr;   // so b is dead in the loop
   for (int j0 = kv_begin; j0 < kv_end; j0 += Bc) {
     // S = (Q·scale) Kᵀ, K staged through W KC head dims at a time.
     constexpr int KC = D <= 64 ? D : kRtChunk;
@@ -83,13 +89,14 @@ __global__ void __launch_bounds__(kRtThreads, occupancy_blocks<D>())
     tile_scores<D, KC>(s, Qt, W, kb + j0 * lk.s, lk.s, min(Bc, Sk - j0), ty, tx);
 
     // Mask, then the online softmax of each of the thread's 4 rows.
-    const bool guarded = !tile_unmasked(mask, b, row_lo, row_hi, j0, j0 + Bc, Sq, Sk);
+    const bool guarded = j0 + Bc > kv_end || !tile_unmasked(in_loop, b, row_lo, row_hi,
+                                                             j0, j0 + Bc, Sq, Sk);
     if (guarded)   // one score at a time: s[0][0] masked, then the 16 shift down by one
 #pragma unroll 1
       for (int e = 0; e < 16; ++e) {
         const int row = row_lo + 4 * ty + e / 4, j = j0 + 4 * tx + e % 4;
-        const float masked = row < Sq && j < Sk
-                                 ? masked_score(mask, s[0][0], b, h, row, j, Sq, Sk)
+        const float masked = row < Sq && j < kv_end
+                                 ? masked_score(in_loop, s[0][0], b, h, row, j, Sq, Sk)
                                  : -INFINITY;
 #pragma unroll
         for (int f = 0; f < 15; ++f) s[f / 4][f % 4] = s[(f + 1) / 4][(f + 1) % 4];
