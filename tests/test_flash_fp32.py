@@ -112,24 +112,21 @@ def test_uncompiled_tiles_and_steps_are_rejected(device):
 
 
 # ---- step 2: register tiles ----------------------------------------------------------
-def mask_cases(b, h, sq, sk, device):
-    """(ab keywords, reference keywords) for every mask kind the kernel takes."""
+def mask_cases(b, h, sq, sk):
+    """Every mask kind (``ab.masks.cases``) and the combinations that stress the tiles:
+    windows across tiles, key lengths down to 0 under the causal mask, -inf in an
+    additive mask with a stride. Keywords for the reference; ``on`` moves them."""
     g = torch.Generator().manual_seed(sq * sk)
     lengths = torch.randint(0, sk + 1, (b,), generator=g)
-    keep = torch.rand(b, 1, sq, sk, generator=g) > 0.3
     bias = torch.randn(1, h, sq, sk, generator=g)
     bias[..., ::5] = float("-inf")
-    both = dict(key_lengths=lengths.to(device))
-    return [
-        (dict(is_causal=True), dict(is_causal=True)),
-        (dict(window=37), dict(window=37)),
-        (dict(is_causal=True, window=70), dict(is_causal=True, window=70)),
-        (dict(stride=3), dict(stride=3)),
-        (both, dict(key_lengths=lengths)),
-        (dict(is_causal=True, **both), dict(is_causal=True, key_lengths=lengths)),
-        (dict(attn_mask=keep.to(device)), dict(attn_mask=keep)),
-        (dict(attn_mask=bias.to(device), stride=2), dict(attn_mask=bias, stride=2)),
-    ]
+    return [case.options for case in ab.masks.cases(b, h, sq, sk)] + [
+        dict(window=37), dict(is_causal=True, window=70),
+        dict(is_causal=True, key_lengths=lengths), dict(attn_mask=bias, stride=2)]
+
+
+def on(options, device):
+    return {k: v.to(device) if torch.is_tensor(v) else v for k, v in options.items()}
 
 
 @pytest.mark.parametrize("step", [2, 3])
@@ -139,11 +136,12 @@ def test_register_tiles_match_reference_for_every_mask(d, sq, sk, step, device):
     """Steps 2 and 3 within 1e-5 of the float64 reference, relative to the output's
     scale: every mask, grouped heads, Sq ≠ Sk both ways, sizes off the 64 x 64 tiles."""
     q, k, v = inputs((2, 4, 2, sq, sk, d), device, seed=d + sq)
-    for ours, ref in mask_cases(2, 4, sq, sk, device):
-        o = ab.flash_attention_fp32(q, k, v, step=step, **ours)
-        want = ab.attention_reference(q.cpu(), k.cpu(), v.cpu(), float64=True, **ref)
+    for options in mask_cases(2, 4, sq, sk):
+        o = ab.flash_attention_fp32(q, k, v, step=step, **on(options, device))
+        want = ab.attention_reference(q.cpu(), k.cpu(), v.cpu(), float64=True,
+                                      **options)
         scale = want.abs().max().clamp(min=1.0)
-        assert (o.cpu().double() - want).abs().max() <= 1e-5 * scale, (ours.keys(),)
+        assert (o.cpu().double() - want).abs().max() <= 1e-5 * scale, (options.keys(),)
 
 
 def test_register_tiles_copy_rows_that_do_not_start_on_16_bytes(device):
