@@ -26,32 +26,9 @@ def inputs(shape, device, seed=0, magnitude=1.0):
 
 
 def mask_options(kind, shape, device):
-    """Keyword arguments of attention() (SDPA spelling) and of the reference for a mask
-    kind, on ``device``."""
+    """Keyword arguments of every attention function for a mask kind, on ``device``."""
     b, h, _, sq, sk, _ = shape
-    g = torch.Generator().manual_seed(1)
-    if kind == "none":
-        return {}, {}
-    if kind == "causal":
-        return dict(is_causal=True), dict(is_causal=True)
-    if kind == "key_padding":
-        lengths = torch.tensor([max(0, sk - 3 * i) for i in range(b)], device=device)
-        return dict(key_lengths=lengths), dict(key_lengths=lengths)
-    if kind == "additive":
-        m = torch.randn(b, 1, sq, sk, generator=g).to(device)
-        return dict(attn_mask=m), dict(attn_mask=m)
-    if kind == "boolean":
-        m = (torch.rand(1, h, sq, sk, generator=g) > 0.4).to(device)
-        return dict(attn_mask=m), dict(attn_mask=m)
-    if kind == "strided":
-        return dict(stride=3), dict(stride=3)
-    if kind == "strided_causal":
-        return dict(stride=2, is_causal=True), dict(stride=2, is_causal=True)
-    if kind == "window":
-        return dict(window=3), dict(window=3)
-    if kind == "window_causal":
-        return dict(window=4, is_causal=True), dict(window=4, is_causal=True)
-    raise AssertionError(kind)
+    return ab.masks.kind_options(kind, b, h, sq, sk, device=device)
 
 
 @pytest.mark.parametrize("impl,shape,kind,order",
@@ -61,10 +38,10 @@ def mask_options(kind, shape, device):
                                                   ab.masks.MASK_KINDS, ORDERS)))
 def test_matches_reference(impl, shape, kind, order, device):
     q, k, v = inputs(shape, device)
-    ours, ref = mask_options(kind, shape, device)
+    options = mask_options(kind, shape, device)
     with ab.thread_order(*order):
-        out = ab.attention(q, k, v, impl=impl, **ours)
-    want = ab.attention_reference(q, k, v, float64=True, **ref)
+        out = ab.attention(q, k, v, impl=impl, **options)
+    want = ab.attention_reference(q, k, v, float64=True, **options)
     torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-5)
 
 

@@ -175,3 +175,13 @@ def test_every_causal_mask_is_spelled_is_causal_and_the_old_name_warns():
     assert not torch.equal(got, ab.attention_reference(q, q, q))
     with pytest.raises(TypeError, match="not both"):
         ab.masks.allowed(2, 3, causal=True, is_causal=True)
+
+
+def test_every_mask_kind_has_its_keywords_and_no_other_kind_does():
+    q = torch.randn(2, 3, 4, 8)
+    k = torch.randn(2, 3, 5, 8)
+    for kind in ab.masks.MASK_KINDS:
+        options = ab.masks.kind_options(kind, 2, 3, 4, 5)
+        assert ab.attention_reference(q, k, k, **options).shape == q.shape, kind
+    with pytest.raises(ValueError, match="kind must be one of"):
+        ab.masks.kind_options("diagonal", 2, 3, 4, 5)

@@ -25,7 +25,7 @@ import torch
 
 from ..args.attention import check_attn_mask, takes_is_causal
 
-__all__ = ["allowed", "bias", "cases", "MaskCase", "MASK_KINDS"]
+__all__ = ["allowed", "bias", "cases", "kind_options", "MaskCase", "MASK_KINDS"]
 
 MASK_KINDS = ("none", "causal", "key_padding", "additive", "boolean", "strided",
               "strided_causal", "window", "window_causal")
@@ -123,3 +123,33 @@ def cases(b: int, h: int, sq: int, sk: int, *, dtype=torch.float32, device=None,
             mask = allowed(sq, sk, device=device, **options)
         out.append(MaskCase(name, options, mask))
     return out
+
+
+def kind_options(kind: str, b: int, h: int, sq: int, sk: int, *, device=None,
+                 seed: int = 1) -> dict:
+    """The keywords of one mask of ``kind`` (:data:`MASK_KINDS`) for [B, H, Sq, Sk]
+    scores, for every attention function of the book: key lengths Sk, Sk - 3, Sk - 6,
+    … (at least 0), an additive [B, 1, Sq, Sk] or boolean [1, H, Sq, Sk] mask drawn
+    from ``seed``, stride 3 (2 with causal), window 3 (4 with causal). :func:`cases`
+    is the same kinds with an SDPA mask beside each."""
+    g = torch.Generator().manual_seed(seed)
+    if kind == "none":
+        return {}
+    if kind == "causal":
+        return dict(is_causal=True)
+    if kind == "key_padding":
+        return dict(key_lengths=torch.tensor([max(0, sk - 3 * i) for i in range(b)],
+                                             device=device))
+    if kind == "additive":
+        return dict(attn_mask=torch.randn(b, 1, sq, sk, generator=g).to(device))
+    if kind == "boolean":
+        return dict(attn_mask=(torch.rand(1, h, sq, sk, generator=g) > 0.4).to(device))
+    if kind == "strided":
+        return dict(stride=3)
+    if kind == "strided_causal":
+        return dict(stride=2, is_causal=True)
+    if kind == "window":
+        return dict(window=3)
+    if kind == "window_causal":
+        return dict(window=4, is_causal=True)
+    raise ValueError(f"kind must be one of {MASK_KINDS}, got {kind!r}")
