@@ -59,10 +59,8 @@ def test_large_magnitudes_and_empty_rows(impl, device):
 def test_module_wrapper_and_scale(impl, d, device):
     q, k, v = inputs((1, 2, 2, 9, 9, d), device, seed=3)
     mod = ab.Attention(impl=impl, is_causal=True, scale=0.2)
-    torch.testing.assert_close(mod(q, k, v).double(),
-                               ab.attention_reference(q, k, v, is_causal=True, scale=0.2,
-                                                      float64=True),
-                               rtol=1e-4, atol=1e-5)
+    want = ab.attention_reference(q, k, v, is_causal=True, scale=0.2, float64=True)
+    torch.testing.assert_close(mod(q, k, v).double(), want, rtol=1e-4, atol=1e-5)
 
 
 def test_flash_is_the_default(device):

@@ -103,9 +103,9 @@ def test_matches_reference(case, order, device):
     for num_splits in splits:
         kc, vc = k_cache.clone(), v_cache.clone()
         with ab.thread_order(*order):
-            o, lse = ab.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens,
-                                               block_table=table, num_splits=num_splits,
-                                               is_causal=causal, return_softmax_lse=True)
+            o, lse = ab.attention_with_kvcache(
+                q, kc, vc, k, v, cache_seqlens=seqlens, block_table=table,
+                num_splits=num_splits, is_causal=causal, return_softmax_lse=True)
         assert o.dtype == dtype and o.shape == q.shape and lse.shape == q.shape[:-1]
         torch.testing.assert_close(o.double(), want, **TOL[dtype])
         torch.testing.assert_close(lse.double(), want_lse, rtol=1e-4, atol=1e-4)

@@ -42,7 +42,8 @@ def test_matches_reference(shape, causal, order, step, device):
 def test_rows_with_no_admissible_key_are_zero(step, device):
     # causal: the first 70 queries precede every key
     q, k, v = inputs((1, 1, 1, 80, 10, 64), device)
-    o, lse = ab.flash_attention_fp32(q, k, v, is_causal=True, step=step, return_lse=True)
+    o, lse = ab.flash_attention_fp32(q, k, v, is_causal=True, step=step,
+                                     return_lse=True)
     assert (o[:, :, :70] == 0).all() and (lse[:, :, :70] == float("-inf")).all()
     assert torch.isfinite(o).all() and torch.isfinite(lse[:, :, 70:]).all()
 
@@ -94,9 +95,8 @@ def test_every_swept_tile_shape(tiles, device):
     for opts in (dict(is_causal=True, window=20),
                  dict(key_lengths=lengths, attn_mask=bias)):
         o = ab.flash_attention_fp32(q, k, v, step=1, tiles=tiles, **opts)
-        torch.testing.assert_close(o.double(),
-                                   ab.attention_reference(q, k, v, float64=True, **opts),
-                                   rtol=1e-4, atol=1e-5)
+        want = ab.attention_reference(q, k, v, float64=True, **opts)
+        torch.testing.assert_close(o.double(), want, rtol=1e-4, atol=1e-5)
 
 
 def test_uncompiled_tiles_and_steps_are_rejected(device):

@@ -63,7 +63,8 @@ def test_gumbel_max_draws_from_the_softmax():
                             4).double()
     want = torch.softmax(logits[0].double() / temperature, 0)
     # within 4 standard deviations of a multinomial count
-    assert ((counts / steps - want).abs() <= 4 * (want * (1 - want) / steps).sqrt()).all()
+    sigma = (want * (1 - want) / steps).sqrt()
+    assert ((counts / steps - want).abs() <= 4 * sigma).all()
 
 
 def test_float16_generation_runs_the_tensor_core_prefill(device):

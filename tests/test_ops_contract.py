@@ -46,7 +46,8 @@ def no_finite_score(q, k, mask=None):
     h, hkv = q.shape[-3], k.shape[-3]
     s = q.double() @ k.repeat_interleave(h // hkv, dim=-3).double().transpose(-1, -2)
     if mask is not None:
-        s = s.masked_fill(~mask, -INF) if mask.dtype == torch.bool else s + mask.double()
+        s = (s.masked_fill(~mask, -INF) if mask.dtype == torch.bool
+             else s + mask.double())
     return (s == -INF).all(-1)
 
 

@@ -4,5 +4,6 @@ recorded results shipped with the package (``bench/results/<chapter>/<gpu>.json`
 from . import harness, suites
 from .harness import (PEAKS, Result, attention_bytes, attention_flops, bound_ms,
                       device_peaks, load, load_ncu, machine_record, measure,
-                      pytorch_attention, ratio, results_dir, run_or_load, save, time_cuda)
+                      pytorch_attention, ratio, results_dir, run_or_load, save,
+                      time_cuda)
 from .memory import peak_memory

@@ -116,9 +116,10 @@ def flash_attention_tc(q, k, v, attn_mask=None, is_causal=False, scale=None, *,
     (bfloat16 needs sm_80 on a GPU; the emulator runs both). Arguments as for
     :func:`attnbook.attention`; head_dim up to 128 (64 and 128 run as they are, others
     are zero-padded to the next of them). ``step``: the chapter's kernel, 1–5
-    (:data:`TC_STEPS`), by default the fastest measured (:data:`TC_FASTEST`); ``tiles`` = (Br, Bc): :data:`TC_TILES` by default, or for step 5
-    one of :data:`TC_SWEEP`. Returns o in q's dtype (and the float32 log-sum-exp if
-    ``return_lse``), differentiable in q, k and v through the tensor-core backward
+    (:data:`TC_STEPS`), by default the fastest measured (:data:`TC_FASTEST`); ``tiles``
+    = (Br, Bc): :data:`TC_TILES` by default, or for step 5 one of :data:`TC_SWEEP`.
+    Returns o in q's dtype (and the float32 log-sum-exp if ``return_lse``),
+    differentiable in q, k and v through the tensor-core backward
     (:mod:`attnbook.ops.backward_tc`), whichever step ran."""
     a = attention_args(q, k, v, attn_mask, 0.0, is_causal, scale, stride=stride,
                        window=window, key_lengths=key_lengths, dtypes=HALF_PRECISION)
