@@ -204,6 +204,17 @@ def test_no_build_noise_in_stored_outputs(nb):
             assert "warning:" not in text.lower(), nb.name
 
 
+def test_the_package_and_its_tests_fit_88_columns():
+    """Every Python, C++ and CUDA file of the package and of its tests."""
+    too_long = [f"{path.relative_to(ROOT)}:{i}"
+                for folder in (ROOT / "src" / "attnbook", ROOT / "tests")
+                for path in sorted(folder.rglob("*"))
+                if path.suffix in (".py", ".h", ".cuh", ".cu", ".cpp")
+                for i, line in enumerate(path.read_text().splitlines(), 1)
+                if len(line) > 88]
+    assert not too_long, f"lines over 88 columns: {too_long[:20]}"
+
+
 def test_code_a_reader_sees_fits_88_columns():
     """The book's text column is about 88 characters wide: notebook code, the kernel
     files and every code block a notebook displays (show_kernel, show_source) fit it."""

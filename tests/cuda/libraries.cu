@@ -9,7 +9,7 @@
 
 static_assert(cuda::std::is_same_v<cuda::std::remove_cv_t<const float>, float>);
 
-// out[b] = the largest of x[b * 256 ... b * 256 + 255] (and of nothing: -inf's stand-in,
+// out[b] = the largest of x[b * 256 ... b * 256 + 255] (of nothing: -inf's stand-in,
 // the lowest float), staged in shared memory by one thread's asynchronous copy.
 __global__ void block_max(const float* x, float* out) {
   __shared__ alignas(16) float tile[256];

@@ -194,7 +194,7 @@ ATTNBOOK_UNCHECKED inline void flush_profile(Runtime& r, ProfileState& f) {
   }
 }
 
-// A barrier released: one more at its call site (a handful per kernel: a linear search).
+// A barrier released: one more at its call site (a few per kernel: a linear search).
 ATTNBOOK_UNCHECKED inline void count_barrier(ProfileState& f, uint32_t pc) {
   for (size_t i = 0; i < f.counts.n; ++i)
     if (f.counts.data[i].pc == pc && f.counts.data[i].space == kBarrier) {
