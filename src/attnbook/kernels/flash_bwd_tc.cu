@@ -46,7 +46,7 @@
 #include <type_traits>
 
 #include "flash_bwd_tc.h"
-#include "flash_tc_2_ldmatrix.cuh"
+#include "flash_tc_2_3_ldmatrix_swizzle.cuh"
 
 using BwdFragments = LdmatrixFragments<true>;   // ldmatrix from swizzled tiles
 constexpr int kDeltaGroup = 8;                  // lanes per row of the delta kernel

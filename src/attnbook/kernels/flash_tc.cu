@@ -1,16 +1,16 @@
 // Chapter 8's tensor-core attention forward, every step of the chapter behind one
 // launcher: fp16 or bf16 q, k, v in any [B, H, S, D] layout whose rows start on 16
 // bytes, o in the same dtype, lse in fp32. The steps:
-//   1 mma.sync, fragments lane by lane, P via shared memory   (flash_tc_1_mma)
-//   2 ldmatrix for every fragment                             (flash_tc_2_ldmatrix)
-//   3 swizzled shared memory                                  (flash_tc_2_ldmatrix)
-//   4 cp.async double buffering of K and V                    (flash_tc_4_pipeline)
-//   5 P kept in registers, exp2 with the scale folded in      (flash_tc_4_pipeline)
+//   1 mma.sync; lane-by-lane fragments, P in smem  flash_tc_1_mma.cuh
+//   2 ldmatrix for every fragment                  flash_tc_2_3_ldmatrix_swizzle.cuh
+//   3 swizzled shared memory                       flash_tc_2_3_ldmatrix_swizzle.cuh
+//   4 cp.async double buffering of K and V         flash_tc_4_5_pipeline.cuh
+//   5 P in registers; exp2, the scale folded in    flash_tc_4_5_pipeline.cuh
 #include <algorithm>
 #include <type_traits>
 
 #include "flash_tc.h"
-#include "flash_tc_4_pipeline.cuh"
+#include "flash_tc_4_5_pipeline.cuh"
 
 template <class T, int D, int Bc, int Warps>
 using TcKernel = void (*)(const T*, const T*, const T*, T*, float*, Layout, Layout,

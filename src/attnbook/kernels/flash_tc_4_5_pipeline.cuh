@@ -15,7 +15,7 @@
 // packed to T in registers: no shared-memory round trip, no __syncwarp. The exponent
 // becomes exp2 with log2(e)·scale folded into one multiply of the scores.
 #pragma once
-#include "flash_tc_2_ldmatrix.cuh"
+#include "flash_tc_2_3_ldmatrix_swizzle.cuh"
 
 // Dynamic shared memory: Q [Br][D], K [2][Bc][D], V [2][Bc][D] and, unless P stays in
 // registers, P [Br][Bc], 16-bit each.
