@@ -502,3 +502,24 @@ def test_cuda_build_check_needs_a_cuda_build_of_torch(capsys):
     from attnbook.gpu import cuda_build_check
     assert cuda_build_check.main(["--no-notebooks"]) == 2
     assert "CUDA build of torch" in capsys.readouterr().out
+
+
+def test_a_build_from_another_directory_is_the_same_build(tmp_path):
+    """A notebook builds from book/, the tests from the repository's root: the working
+    directory on the include path made each rebuild the other's extension in place
+    (twice the compile time, and a library relinked under a process using it)."""
+    import subprocess
+    import sys
+    script = (
+        "import torch, attnbook as ab\n"
+        "m = ab.compile('cwd_probe', '__global__ void k(float* x) { x[0] = 2.f; }\\n"
+        "void launch(float* x) { k<<<1, 1>>>(x); }', 'void launch(float*);\\n"
+        "void run(at::Tensor x) { launch(x.data_ptr<float>()); }', ['run'], "
+        "backend='emulator')\n"
+        "print(m.__file__)\n")
+    runs = [subprocess.run([sys.executable, "-c", script], cwd=cwd, check=True,
+                           capture_output=True, text=True, timeout=300)
+            for cwd in (tmp_path, pathlib.Path(ab.__file__).parent, tmp_path)]
+    (library,) = {run.stdout.strip() for run in runs}
+    log = (pathlib.Path(library).parent / ".ninja_log").read_text().splitlines()
+    assert len(log) == 3, log   # the header, one compile and one link

@@ -302,15 +302,16 @@ def test_load_extension_takes_torch_loads_form_with_several_files():
 
 
 def test_a_loaded_extension_runs_its_checked_build_inside_sanitize():
+    # the same build as the test above (one build each, whichever runs first)
     mod = ab.load_extension(name="two_files", sources=TWO_FILES,
-                            extra_cflags=["-DFACTOR=1"], backend="emulator")
+                            extra_cflags=["-DFACTOR=3"], backend="emulator")
     x = torch.arange(40.)
     past_end = (r"invalid __global__ write .* at scale\.cu:8 .* 0 bytes past the end "
                 r"of a 160-byte allocation")
     with ab.sanitize(), pytest.raises(ab.MemcheckError, match=past_end):
         mod.scale(x, 2.0, True)
     with ab.profile() as report:
-        torch.testing.assert_close(mod.scale(x, 2.0, False), x * 2)
+        torch.testing.assert_close(mod.scale(x, 2.0, False), x * 6)
     assert [launch.kernel for launch in report.launches] == ["scale_kernel"]
     single = ab.load_extension(HERE / "rowsoftmax_ext.cu", backend="emulator")
     with ab.profile() as report:

@@ -1,6 +1,8 @@
 """Memcheck: planted out-of-bounds accesses are reported as compute-sanitizer would,
 with the access's line, thread and block and where the address lies; clean kernels,
 the fused fp32 attention among them, pass."""
+import re
+
 import pytest
 import torch
 
@@ -120,3 +122,36 @@ def test_fused_attention_is_memcheck_clean(shape, causal):
     assert torch.equal(checked, plain)
     want = ab.attention_reference(q, k, v, is_causal=causal)
     torch.testing.assert_close(checked, want)
+
+
+def test_a_failed_addr2line_is_retried_then_named_by_offset(monkeypatch):
+    """CI once saw addr2line print nothing for a library it had read before: the
+    lookup tries again, and where it never answers, names the access by offset."""
+    import subprocess
+
+    from attnbook.emulator import sanitizer
+    real, calls = subprocess.run, []
+
+    def flaky(args, **kw):
+        if args[0] != "addr2line":
+            return real(args, **kw)
+        calls.append(args)
+        if len(calls) == 1 or failing:
+            return subprocess.CompletedProcess(args, 1, "", "out of memory")
+        return real(args, **kw)
+
+    monkeypatch.setattr(sanitizer.subprocess, "run", flaky)
+    monkeypatch.setattr(sanitizer, "_lines", {})
+    failing = False
+    x, out = torch.ones(32), torch.zeros(32)
+    with ab.sanitize(), pytest.raises(ab.MemcheckError) as info:
+        run("read_before_start", x, out)
+    assert info.value.location == line_of("before-start") and len(calls) == 2
+    failing, calls[:] = True, []
+    monkeypatch.setattr(sanitizer, "_lines", {})
+    with ab.sanitize(), pytest.raises(ab.MemcheckError) as info, \
+            pytest.warns(UserWarning, match="addr2line could not read .*out of memory"):
+        run("read_before_start", x, out)
+    assert len(calls) == 3
+    assert re.fullmatch(r"checked_cases_checked_\w+\.so\+0x[0-9a-f]+:\?",
+                        info.value.location)

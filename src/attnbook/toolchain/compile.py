@@ -191,7 +191,8 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                                "in the CUDA source: give it another name "
                                f"({fn}_of, say)")
     src_name = kernel_file_name(cuda)
-    search = [*map(pathlib.Path, include_dirs), pathlib.Path.cwd(), KERNEL_DIR]
+    given = [*map(pathlib.Path, include_dirs)]
+    search = [*given, pathlib.Path.cwd(), KERNEL_DIR]
     header = '#include "attnbook_torch.h"\n'
     wrapper_text = f'#line 1 "wrapper"\n{wrapper}\n'
     if backend == "emulator":
@@ -210,7 +211,11 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
         cflags, cuda_flags = cflags + list(extra_cflags), []
         if checked:
             cflags += CHECKED_FLAGS
-        includes = [*precompiled_header(cflags, verbose), EMULATOR_DIR]
+        # every "header" the kernel and wrapper name from ``search`` is pasted in
+        # above; the working directory stays off the include path, so that a build
+        # made from another directory (a notebook's, a test's) is the same build
+        includes = [*precompiled_header(cflags, verbose), EMULATOR_DIR, INCLUDE_DIR,
+                    *given, KERNEL_DIR]
     else:
         target = arch or device_arch()
         cpp = [header + wrapper_text]
@@ -218,7 +223,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
         # nvcc's dependency list then names files that exist, and ninja reuses the
         # object.
         cu = [f'#include <cuda_runtime.h>\n#include "{KERNEL_SUBDIR}/{src_name}"\n']
-        includes = []
+        includes = [INCLUDE_DIR, *search]
         cflags = ["-O2"] + list(extra_cflags)
         # torch's extension builder hides cuda_fp16/bf16's operators and conversions;
         # the emulator and ptxas_report have them, so the same kernel text must see them
@@ -227,7 +232,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
             f"-U__CUDA_NO_{m}__" for m in ("HALF_OPERATORS", "HALF_CONVERSIONS",
                                           "HALF2_OPERATORS", "BFLOAT16_CONVERSIONS")]
     key = hashlib.sha256("\0".join([backend, target, *cpp, *cu, cuda, *cflags,
-                                    *cuda_flags, *functions,
+                                    *cuda_flags, *functions, *map(str, includes),
                                     *emulator_headers(),
                                     (INCLUDE_DIR / "attnbook_torch.h").read_text(),
                                     torch.__version__]).encode()).hexdigest()[:12]
@@ -245,7 +250,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                 functions=functions,
                 extra_cflags=cflags,
                 extra_cuda_cflags=cuda_flags or None, extra_ldflags=LINK_FLAGS,
-                extra_include_paths=[str(p) for p in (*includes, INCLUDE_DIR, *search)],
+                extra_include_paths=[str(p) for p in includes],
                 with_cuda=backend == "cuda", no_implicit_headers=True, verbose=verbose)
     except (RuntimeError, ImportError) as e:
         why = _build_failure(str(e), cuda, wrapper, src_name, functions)

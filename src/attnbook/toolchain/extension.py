@@ -103,6 +103,9 @@ def load_extension(path_or_text=None, name: str | None = None, *, sources=None,
     return build.cuda(arch or device_arch())
 
 
+_TORCH_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:torch|ATen|c10)/', re.M)
+
+
 def _key(*parts) -> str:
     return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:12]
 
@@ -139,14 +142,18 @@ class Build:
                     emulate.inline_headers(text, file_name, self.folders))))
             except SyntaxError as e:
                 raise CompileError(f"{file_name}: {e}") from None
-            first = ('#include <torch/extension.h>\n#include "cuda_emulator.h"\n'
-                     if file_name.endswith(".cu") else "")
+            first = ""
+            if file_name.endswith(".cu"):   # torch's headers, where the file uses
+                # them, before the emulator's (which stand in for CUDA's); a kernel
+                # file without them is spared their ~20 s of compiling
+                first = ("#include <torch/extension.h>\n" if _TORCH_INCLUDE.search(code)
+                         else "") + '#include "cuda_emulator.h"\n'
             texts.append((first + f'#line 1 "{file_name}"\n{code}\n', file_name))
         cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={arch_number(arch)}",
                               *self.cflags, *(CHECKED_FLAGS if checked else ())]
         full = f"{self.name}_{'checked' if checked else 'emulator'}_" + _key(
             *(t for pair in texts for t in pair), *cflags, torch.__version__,
-            *emulator_headers())
+            *emulator_headers(), *self.folders)
         folder = build_directory(full, self.verbose)
         # a .cu file as name.cu.cpp: C++ for the host compiler
         paths = [write_if_changed(folder / f"{name}.cpp" if name.endswith(".cu")
@@ -157,7 +164,7 @@ class Build:
     def cuda(self, arch):
         full = f"{self.name}_cuda_" + _key(*(t for pair in self.files for t in pair),
                                             arch, *self.cflags, *self.cuda_cflags,
-                                            torch.__version__)
+                                            torch.__version__, *self.folders)
         folder = build_directory(full, self.verbose)
         paths = [write_if_changed(folder / name, text) for text, name in self.files]
         with emulate.set_env("TORCH_CUDA_ARCH_LIST", arch_list(arch)):
