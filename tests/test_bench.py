@@ -79,9 +79,25 @@ def test_save_and_load_round_trip(tmp_path, monkeypatch):
 def test_table_marks_unsupported_runs():
     table = fake_result().table(S=256)
     lines = table.splitlines()
-    assert lines[0] == "| impl | ms | tflops | pct_peak |"
+    assert lines[0] == "| implementation | time (ms) | TFLOP/s | % of peak |"
+    assert lines[1] == "|---|--:|--:|--:|"
     assert lines[2] == "| attnbook naive | 4 | 1 | 10.0% |"
     assert "unsupported: No available kernel" in lines[4]
+
+
+def test_a_table_renders_as_markdown_under_its_caption():
+    """A notebook shows the table (text/markdown), captioned with the device and the
+    settings every row shares; printed, it is the Markdown text."""
+    result = fake_result()
+    for row in result.rows:
+        row.update(B=2, dtype="float16")
+    table = result.table(columns=("impl", "S", "ms", "peak_mem_bytes"),
+                         impl="torch eager")
+    assert table.caption == "Tesla T4 · B = 2, float16"
+    markdown = table._repr_markdown_()
+    assert markdown.startswith("*Tesla T4 · B = 2, float16*\n\n| implementation | S |")
+    assert markdown.endswith("| torch eager | 512 | 2 | 0.25 |")   # 512² bytes, MiB
+    assert repr(table) == str(table) == markdown.split("\n\n", 1)[1]
 
 
 def test_run_or_load_without_gpu(tmp_path, monkeypatch, capsys):

@@ -157,11 +157,15 @@ def test_no_instance_spills(source, kernel, count, arch):
 
 @NEEDS_NVCC
 def test_the_compact_table_names_each_kernel_of_a_card_in_88_columns():
-    lines = cards.compact([cards.card("flash fp32 backward step 2"),
-                           cards.card("decode")]).splitlines()
-    assert lines[1] == "flash fp32 backward step 2"   # a card of three kernels
+    backward = cards.card("flash fp32 backward step 2")   # a card of three kernels
+    lines = cards.compact([backward, cards.card("decode")]).splitlines()
+    # the card-wide FMAs per shared load once, on the card's own line
+    assert lines[1].split() == ["flash", "fp32", "backward", "step", "2",
+                                f"{backward.fmas_per_shared_load:.2f}"]
     assert [line.split()[0] for line in lines[2:5]] == [
         "delta", "dkdv_lanes<64>", "dq_lanes<64>"]
+    assert all(len(line.split()) == 6 for line in lines[2:5])   # FMAs: blank
+    assert lines[2].split()[-1] == "–"   # delta reads no shared memory
     assert lines[5].split()[0] == "decode" and len(lines) == 6
     assert max(map(len, lines)) <= 88
 

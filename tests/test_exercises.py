@@ -125,6 +125,16 @@ def test_a_nan_result_is_reported_as_nan_with_where(device):
     assert "1 NaN where the answer is a number (first at (3,))" in text, text
 
 
+def test_a_row_max_that_drops_nan_fails(device):
+    """Chapter 3 argues for max_nan: a row_max folded with fmaxf, which drops a NaN,
+    fails the row that holds one."""
+    solution = EXERCISES["row_max"].solution
+    report = grade("row_max", solution.replace("max_nan(", "fmaxf("), device)
+    text = str(report)
+    assert not report.passed and "a NaN in row 1" in text, text
+    assert "a number where the answer is NaN" in text, text
+
+
 def test_unknown_exercise():
     with pytest.raises(ValueError, match="no exercise 'nope'"):
         ab.exercises.grade("nope", "")

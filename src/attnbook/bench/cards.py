@@ -247,30 +247,38 @@ def summary(cards) -> str:
 
 def compact(cards, arch: str = "sm_80") -> str:
     """A narrow text table of ``cards``, a row per kernel: ``arch``'s registers, spill
-    and stack bytes and occupancy, the card's FMAs per shared load, the kernel's
-    sectors per global load request and its shared loads' wavefronts over the
-    conflict-free count (what the chapters print, in 88 columns). A card of several
-    kernels takes a line of its own, its kernels' rows named without their common
-    prefix."""
-    rows = [f"{arch:24s}{'regs':>5}{'spill+stack B':>14}{'occupancy':>10}"
-            f"{'FMAs/ld':>8}{'sectors/ld':>11}{'smem ways':>10}"]
+    and stack bytes and occupancy, the kernel's sectors per global load request and
+    its shared loads' wavefronts over the conflict-free count ("–": no shared load),
+    and once per card, on its first line, the card's FMAs per shared load (what the
+    chapters print, in 88 columns). A card of several kernels takes a line of its own,
+    its kernels' rows named without their common prefix."""
+    lines = []   # (name, FMAs per shared load, kernel or None)
     for c in cards:
         fmas = c.fmas_per_shared_load
-        names = [c.spec.name]
-        if len(c.kernels) > 1:
-            rows.append(c.spec.name)
-            full = [k.short_name for k in c.kernels]
-            prefix = os.path.commonprefix(full)
-            prefix = prefix[:prefix.rfind("_") + 1]
-            names = ["  " + n[len(prefix):].replace("_kernel", "") for n in full]
-        for name, k in zip(names, c.kernels):
-            st = k.static[arch]
-            local = st["spill_stores"] + st["spill_loads"] + st["stack_bytes"]
-            rows.append(f"{name[:24]:24s}{st['registers']:5d}{local:14d}"
-                        f"{st['occupancy']:10.1%}"
-                        + (f"{fmas:8.2f}" if fmas is not None else f"{'–':>8}")
-                        + f"{k.memory['global load']['sectors_per_request']:11.1f}"
-                          f"{k.memory['shared load']['conflict_ways']:10.1f}")
+        fmas = "–" if fmas is None else f"{fmas:.2f}"
+        if len(c.kernels) == 1:
+            lines.append((c.spec.name, fmas, c.kernels[0]))
+            continue
+        lines.append((c.spec.name, fmas, None))
+        full = [k.short_name for k in c.kernels]
+        prefix = os.path.commonprefix(full)
+        prefix = prefix[:prefix.rfind("_") + 1]
+        lines += [("  " + n[len(prefix):].replace("_kernel", ""), "", k)
+                  for n, k in zip(full, c.kernels)]
+    width = max(24, *(len(name) + 1 for name, _, k in lines if k is not None))
+    rows = [f"{arch:{width}s}{'regs':>5}{'spill+stack B':>14}{'occupancy':>10}"
+            f"{'FMAs/ld':>8}{'sectors/ld':>11}{'smem ways':>10}"]
+    for name, fmas, k in lines:
+        if k is None:   # a card's own line: its name may run into the empty columns
+            rows.append(f"{name:{width + 29}s}{fmas:>8}")
+            continue
+        st = k.static[arch]
+        local = st["spill_stores"] + st["spill_loads"] + st["stack_bytes"]
+        ways = k.memory["shared load"]["conflict_ways"]
+        rows.append(f"{name:{width}s}{st['registers']:5d}{local:14d}"
+                    f"{st['occupancy']:10.1%}{fmas:>8}"
+                    f"{k.memory['global load']['sectors_per_request']:11.1f}"
+                    + (f"{ways:10.1f}" if ways else f"{'–':>10}"))
     return "\n".join(rows)
 
 

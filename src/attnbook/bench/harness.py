@@ -24,8 +24,8 @@ from ..toolchain.devices import GPUS
 from ..toolchain.text import wrap
 
 __all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_bytes",
-           "pytorch_attention", "Result", "machine_record", "measure", "save", "load",
-           "load_ncu", "results_dir", "run_or_load", "ratio", "bound_ms"]
+           "pytorch_attention", "Result", "Table", "machine_record", "measure", "save",
+           "load", "load_ncu", "results_dir", "run_or_load", "ratio", "bound_ms"]
 
 # Datasheet peaks: fp32 on CUDA cores (TFLOP/s), dense fp16 on tensor cores (TFLOP/s),
 # and DRAM bandwidth (GB/s). Matched against torch's device name in this order
@@ -151,6 +151,35 @@ def pytorch_attention(causal=False, scale=None) -> dict:
     return fns
 
 
+# A row's measurements (the rest of a row is its case) and the headings they are
+# shown under.
+MEASURED = {"impl", "ms", "times_ms", "tflops", "gbs", "pct_peak", "peak_mem_bytes",
+            "error", "ttft_ms", "tbt_ms"}
+NUMERIC = MEASURED - {"impl", "error"}
+HEADINGS = {"impl": "implementation", "ms": "time (ms)", "tflops": "TFLOP/s",
+            "gbs": "GB/s", "pct_peak": "% of peak",
+            "peak_mem_bytes": "peak memory (MiB)",
+            "ttft_ms": "first token (ms)", "tbt_ms": "per token (ms)",
+            "num_splits": "splits"}
+CASE_ORDER = ["model", "B", "H", "Hkv", "S", "L", "D", "dtype", "causal"]
+
+
+class Table(str):
+    """A Markdown table, with its caption: a table in a notebook and in the book, its
+    Markdown text where printed."""
+
+    def __new__(cls, text: str, caption: str = ""):
+        table = super().__new__(cls, text)
+        table.caption = caption
+        return table
+
+    def _repr_markdown_(self):
+        return (f"*{self.caption}*\n\n" if self.caption else "") + str(self)
+
+    def __repr__(self):
+        return str(self)
+
+
 @dataclass
 class Result:
     """One chapter's benchmark: a row per (implementation, case), and where it was
@@ -163,12 +192,14 @@ class Result:
         return [r for r in self.rows if all(r.get(k) == v for k, v in where.items())]
 
     def table(self, columns=("impl", "ms", "tflops", "gbs", "pct_peak"),
-              **where) -> str:
-        """The rows as a Markdown table (unsupported runs show their reason's first
-        sentence)."""
+              **where) -> Table:
+        """The rows as a :class:`Table` of ``columns`` (unsupported runs show their
+        reason's first sentence), captioned with the device and the case settings
+        that every row shares and no column shows."""
         rows = self.select(**where)
         keys = [c for c in columns if any(c in r for r in rows)]
-        lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+        lines = ["| " + " | ".join(HEADINGS.get(k, k) for k in keys) + " |",
+                 "|" + "".join("--:|" if k in NUMERIC else "---|" for k in keys)]
         for r in rows:
             cells = []
             for key in keys:
@@ -176,11 +207,21 @@ class Result:
                 if key == "ms" and val is None:
                     # its first sentence ("No available kernel. Aborting ...")
                     val = "unsupported: " + r.get("error", "").split(". ")[0][:40]
+                elif key == "peak_mem_bytes" and val is not None:
+                    mib = val / 2**20
+                    val = f"{mib:,.0f}" if mib >= 100 else f"{mib:.3g}"
                 elif isinstance(val, float):
                     val = f"{val:.3g}" if key != "pct_peak" else f"{val:.1f}%"
                 cells.append("" if val is None else str(val))
             lines.append("| " + " | ".join(cells) + " |")
-        return "\n".join(lines)
+        shared = {k: v for k, v in rows[0].items()
+                  if k not in MEASURED and k not in keys
+                  and all(r.get(k) == v for r in rows)} if rows else {}
+        first = [k for k in CASE_ORDER if k in shared]
+        case = ", ".join(str(shared[k]) if k == "dtype" else f"{k} = {shared[k]}"
+                         for k in first + [k for k in shared if k not in first])
+        caption = " · ".join(filter(None, [self.machine.get("gpu"), case]))
+        return Table("\n".join(lines), caption)
 
     def describe(self) -> str:
         m = self.machine

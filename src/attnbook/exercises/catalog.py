@@ -68,6 +68,12 @@ def _randn(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
+def _nan_at(x: torch.Tensor, *index) -> torch.Tensor:
+    """``x`` with a NaN at ``index``."""
+    x[index] = float("nan")
+    return x
+
+
 # ---- chapter 2 -----------------------------------------------------------------------
 # a grid-stride loop
 RELU = Exercise(
@@ -107,12 +113,13 @@ ROW_MAX = Exercise(
     chapter="03",
     function="row_max_of",
     cases=lambda: [(f"[{r}, {n}]", [_randn(r, n, seed=n)])
-                   for r, n in ((1, 1), (3, 100), (2, 256), (2, 700))],
+                   for r, n in ((1, 1), (3, 100), (2, 256), (2, 700))]
+    + [("[2, 300], a NaN in row 1", [_nan_at(_randn(2, 300, seed=3), 1, 123)])],
     reference=lambda x: x.amax(-1),
     planted=Planted("no barrier between the halving steps",
-                    "    if (t < half) buf[t] = fmaxf(buf[t], buf[t + half]);\n    "
+                    "    if (t < half) buf[t] = max_nan(buf[t], buf[t + half]);\n    "
                     "__syncthreads();",
-                    "    if (t < half) buf[t] = fmaxf(buf[t], buf[t + half]);",
+                    "    if (t < half) buf[t] = max_nan(buf[t], buf[t + half]);",
                     "under thread order"),
 )
 

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from ..bench.harness import PEAKS
+from .plots import panel_grid
 
 __all__ = ["decode_intensity", "plot_roofline", "split_states", "plot_split_states",
            "RequestMix", "simulate_kv_memory", "plot_kv_memory",
@@ -165,9 +166,8 @@ def plot_decode_bandwidth(result, batches=None):
     """Recorded chapter 9 rows: % of the GPU's peak bandwidth against the cached length,
     one panel per batch size, one line per implementation."""
     batches = batches or sorted({r["B"] for r in result.rows})
-    fig, axes = plt.subplots(1, len(batches), figsize=(3.6 * len(batches), 3.4),
-                             sharey=True)
-    for ax, b in zip(axes if len(batches) > 1 else [axes], batches):
+    fig, axes = panel_grid(len(batches), 2, 4.2, 3.2, sharey=True)
+    for ax, b in zip(axes, batches):
         impls = {}
         for r in result.select(B=b):
             if r.get("ms") is not None:
@@ -179,8 +179,9 @@ def plot_decode_bandwidth(result, batches=None):
         ax.set_xlabel("cached length L")
         ax.set_title(f"B = {b}", fontsize=10)
         ax.grid(alpha=0.3)
-    (axes[0] if len(batches) > 1 else axes).set_ylabel("% of peak bandwidth")
-    (axes[-1] if len(batches) > 1 else axes).legend(fontsize=8)
+    for ax in axes[::2]:
+        ax.set_ylabel("% of peak bandwidth")
+    axes[0].legend(fontsize=8)
     fig.suptitle(result.machine.get("gpu", ""), fontsize=10)
     fig.tight_layout()
     return fig

@@ -6,8 +6,9 @@ import torch
 
 from ..reference import masks
 
-__all__ = ["draw_mask", "mask_panels", "mask_gallery", "plot_metric", "plot_times",
-           "plot_pct_peak", "plot_memory", "plot_speedups", "plot_sweep", "plot_losses"]
+__all__ = ["draw_mask", "panel_grid", "mask_panels", "mask_gallery", "plot_metric",
+           "plot_times", "plot_pct_peak", "plot_memory", "plot_speedups", "plot_sweep",
+           "plot_losses"]
 
 # (title, Sq, Sk, rules) of each panel of the gallery of mask kinds.
 GALLERY = [
@@ -31,15 +32,25 @@ def draw_mask(ax, allowed: torch.Tensor, title: str = "") -> None:
     ax.set_title(title, fontsize=10)
 
 
+def panel_grid(n: int, columns: int, width: float, height: float, **subplots):
+    """A figure of ``n`` panels of ``width`` × ``height`` inches, ``columns`` to a
+    row (the book's page is about 8 inches wide: more panels in a row shrink their
+    text below legibility), and the list of its ``n`` axes; cells past ``n`` stay
+    blank."""
+    rows = -(-n // columns)
+    columns = min(columns, n)
+    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows),
+                             squeeze=False, **subplots)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    return fig, list(axes.flat[:n])
+
+
 def mask_panels(configs, columns: int = 3):
     """A figure of masks, ``columns`` to a row (legible at the book's page width): one
     panel per (title, Sq, Sk, rules of :func:`attnbook.masks.allowed`)."""
-    rows = -(-len(configs) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 3.6 * rows),
-                             squeeze=False)
-    for ax in axes.flat[len(configs):]:
-        ax.axis("off")
-    for ax, (title, sq, sk, rules) in zip(axes.flat, configs):
+    fig, axes = panel_grid(len(configs), columns, 3, 3.6)
+    for ax, (title, sq, sk, rules) in zip(axes, configs):
         draw_mask(ax, masks.allowed(sq, sk, **rules)[0, 0], title)
     fig.tight_layout()
     return fig

@@ -50,10 +50,11 @@ def draw_online_step(ax, x, k):
 def online_softmax_figure(x, steps):
     """Static panels of the online pass over ``x`` after each number of elements in
     ``steps``."""
-    fig, axes = plt.subplots(1, len(steps), figsize=(3.2 * len(steps), 3), sharey=True)
+    fig, axes = plots.panel_grid(len(steps), 2, 4, 2.8, sharey=True)
     for ax, k in zip(axes, steps):
         draw_online_step(ax, x, k)
-    axes[0].set_ylabel("exp(x_i − m) / l")
+    for ax in axes[::2]:
+        ax.set_ylabel("exp(x_i − m) / l")
     axes[-1].legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     return fig
@@ -156,7 +157,7 @@ def draw_flash_step(axes, trace, step, sq, sk, final_o):
 
 def flash_figure(trace, steps, sq, sk, final_o):
     """Static rows of :func:`draw_flash_step`, one per step in ``steps``."""
-    fig, axes = plt.subplots(len(steps), 3, figsize=(12, 3.3 * len(steps)))
+    fig, axes = plt.subplots(len(steps), 3, figsize=(10, 2.9 * len(steps)))
     for row, step in zip(axes, steps):
         draw_flash_step(row, trace, step, sq, sk, final_o)
     fig.tight_layout()
