@@ -170,3 +170,16 @@ def test_nothing_is_wider_than_the_text_column(page, browser, tmp_path):
         f"{page.name}: wider than the {report['column']}-pixel column: "
         + "; ".join(f"{w['element']} {w['width']} px {w['text']!r}"
                     for w in report["wide"]))
+
+
+@pytest.mark.skipif(not pages(), reason="no built book in _build/html "
+                    "(jupyter-book build .)")
+@pytest.mark.parametrize("chapter", ["02_first_cuda_kernels", "08_tensor_cores",
+                                     "09_decoding", "11_backward"])
+def test_recorded_results_are_tables_on_the_page(chapter):
+    """A results table is Markdown a cell outputs: read as CommonMark (myst-nb's
+    default), its rows were one paragraph of pipes; the book reads GitHub's dialect."""
+    text = (HTML / "book" / f"{chapter}.html").read_text()
+    tables = re.findall(r"<table.*?</table>", text, re.S)
+    assert any(">S<" in t or "implementation" in t for t in tables), chapter
+    assert not re.search(r"<p>\|", text), chapter
