@@ -20,7 +20,11 @@ __all__ = ["build_directory", "build_lock", "quiet_build", "cpp_extension",
 # the process (GCC 13; the lent H200's extensions held libstdc++'s own code). Named
 # first, the shared library resolves every symbol and the archive adds none. (A build
 # made without it is relinked: ninja reruns a step whose command line changed.)
-LINK_FLAGS = ["-l:libstdc++.so.6"]
+# A tuple, handed to each build as a new list: torch's builder appends its own
+# libraries to the list it is given, and a shared list that grew changed every later
+# build's command line in this process (a rebuild in place, under other processes
+# that had the library loaded).
+LINK_FLAGS = ("-l:libstdc++.so.6",)
 
 
 class _Quiet(logging.Filter):

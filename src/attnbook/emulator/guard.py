@@ -48,7 +48,8 @@ def _allocator() -> ctypes.CDLL:
     name = f"attnbook_guard_{key}"
     with quiet_build(), build_lock(name, False):
         path = cpp_extension.load(name=name, sources=[str(SOURCE)],
-                                  extra_cflags=["-O2"], extra_ldflags=LINK_FLAGS,
+                                  extra_cflags=["-O2"],
+                                  extra_ldflags=list(LINK_FLAGS),
                                   is_python_module=False)
     return ctypes.CDLL(path)
 

@@ -249,7 +249,8 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                 name=full_name, cpp_sources=cpp, cuda_sources=cu or None,
                 functions=functions,
                 extra_cflags=cflags,
-                extra_cuda_cflags=cuda_flags or None, extra_ldflags=LINK_FLAGS,
+                extra_cuda_cflags=cuda_flags or None,
+                extra_ldflags=list(LINK_FLAGS),
                 extra_include_paths=[str(p) for p in includes],
                 with_cuda=backend == "cuda", no_implicit_headers=True, verbose=verbose)
     except (RuntimeError, ImportError) as e:

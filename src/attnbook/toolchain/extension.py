@@ -177,7 +177,8 @@ class Build:
             with quiet_build(self.verbose), build_lock(full, self.verbose):
                 module = cpp_extension.load(
                     name=full, sources=paths, extra_cflags=cflags,
-                    extra_cuda_cflags=cuda_cflags or None, extra_ldflags=LINK_FLAGS,
+                    extra_cuda_cflags=cuda_cflags or None,
+                    extra_ldflags=list(LINK_FLAGS),
                     extra_include_paths=[str(p) for p in includes],
                     verbose=self.verbose)
         except (RuntimeError, ImportError) as e:
