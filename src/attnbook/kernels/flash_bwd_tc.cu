@@ -105,28 +105,6 @@ __device__ __forceinline__ void probs_and_dscores(float (&s)[NB][4], float (&dp)
     }
 }
 
-// acc (the warp's 16 x D) += A B, A the warp's 16 x Bk fragment `a` rounded to T (its
-// layout is the A operand's), B the [Bk][D] tile Bs.
-template <class T, int D, int Bk>
-__device__ __forceinline__ void warp_mma_fragment(float (&acc)[D / 8][4],
-                                                  const float (&a)[Bk / 8][4],
-                                                  const uint16_t* Bs, int lane) {
-#pragma unroll
-  for (int k0 = 0; k0 < Bk; k0 += 16) {
-    const float* lo = a[k0 / 8];
-    const float* hi = a[k0 / 8 + 1];
-    const uint32_t af[4] = {pack2<T>(lo[0], lo[1]), pack2<T>(lo[2], lo[3]),
-                            pack2<T>(hi[0], hi[1]), pack2<T>(hi[2], hi[3])};
-#pragma unroll
-    for (int n0 = 0; n0 < D; n0 += 16) {
-      uint32_t bf[4];
-      BwdFragments::load_b_cols<D>(bf, Bs, k0, n0, lane);
-      mma16816<T>(acc[n0 / 8], af, bf);
-      mma16816<T>(acc[n0 / 8 + 1], af, bf + 2);
-    }
-  }
-}
-
 // factor·acc, the warp's 16 x D fragment, as T into rows row0.. of out ([rows, D]).
 template <class T, int D>
 __device__ __forceinline__ void store_fragment(const float (&acc)[D / 8][4],
@@ -207,8 +185,8 @@ __global__ void __launch_bounds__(32 * Warps, 1)
       const bool unmasked = tile_unmasked(mask, b, i0, i_hi, j0, j0 + Bc, Sq, Sk);
       probs_and_dscores<true>(s, dp, unmasked, mask, b, h, j0 + 16 * warp, i0, Sq, Sk,
                               a.scale, Ls, Ds, i0, lane);
-      warp_mma_fragment<T, D, Br>(dv_acc, s, dOs, lane);    // dV += Pᵀ dO
-      warp_mma_fragment<T, D, Br>(dk_acc, dp, Qs, lane);    // dK += dSᵀ Q
+      warp_mma_fragment<T, D, Br, BwdFragments>(dv_acc, s, dOs, lane);    // dV += Pᵀ dO
+      warp_mma_fragment<T, D, Br, BwdFragments>(dk_acc, dp, Qs, lane);    // dK += dSᵀ Q
     }
   }
   const size_t first = size_t(bkv) * Sk * D;
@@ -252,7 +230,7 @@ __global__ void __launch_bounds__(32 * Warps, 1)
     probs_and_dscores<false>(s, dp, unmasked, mask, b, h, row_lo + 16 * warp, j0, Sq,
                              Sk, a.scale, a.lse + size_t(bh) * Sq,
                              a.delta + size_t(bh) * Sq, 0, lane);
-    warp_mma_fragment<T, D, Bc>(acc, dp, Ks, lane);   // dQ += dS K
+    warp_mma_fragment<T, D, Bc, BwdFragments>(acc, dp, Ks, lane);   // dQ += dS K
   }
   store_fragment<T, D>(acc, a.scale, a.dq + size_t(bh) * Sq * D, row_lo + 16 * warp, Sq,
                        lane);

@@ -95,6 +95,29 @@ __device__ __forceinline__ void warp_pv(float (&acc)[D / 8][4], const uint16_t* 
   }
 }
 
+// acc += A B for a 16 x Bk fragment `a` the warp holds in registers (its layout is the
+// mma A operand's, as the scores are: step 5's P, the backward's P and dS), rounded to
+// T two at a time, and the [Bk][D] tile Bs.
+template <class T, int D, int Bk, class F>
+__device__ __forceinline__ void warp_mma_fragment(float (&acc)[D / 8][4],
+                                                  const float (&a)[Bk / 8][4],
+                                                  const uint16_t* Bs, int lane) {
+#pragma unroll
+  for (int k0 = 0; k0 < Bk; k0 += 16) {
+    const float* lo = a[k0 / 8];
+    const float* hi = a[k0 / 8 + 1];
+    const uint32_t af[4] = {pack2<T>(lo[0], lo[1]), pack2<T>(lo[2], lo[3]),
+                            pack2<T>(hi[0], hi[1]), pack2<T>(hi[2], hi[3])};
+#pragma unroll
+    for (int n0 = 0; n0 < D; n0 += 16) {
+      uint32_t bf[4];
+      F::template load_b_cols<D>(bf, Bs, k0, n0, lane);
+      mma16816<T>(acc[n0 / 8], af, bf);
+      mma16816<T>(acc[n0 / 8 + 1], af, bf + 2);
+    }
+  }
+}
+
 // Dynamic shared memory: Q [Br][D], K [Bc][D], V [Bc][D] and P [Br][Bc], 16-bit each.
 template <int D, int Bc, int Warps>
 constexpr int smem_p_bytes() {

@@ -75,21 +75,8 @@ __global__ void __launch_bounds__(32 * Warps)
     scale_and_mask<Bc / 8, PInRegisters>(s, unmasked, mask, b, h, row_lo + 16 * warp,
                                          j0, Sq, Sk, scale, lane);
     online_softmax<Bc / 8, D / 8, PInRegisters>(s, acc, m, l);
-    if constexpr (PInRegisters) {
-#pragma unroll
-      for (int k0 = 0; k0 < Bc; k0 += 16) {
-        const float* lo = s[k0 / 8];
-        const float* hi = s[k0 / 8 + 1];
-        const uint32_t a[4] = {pack2<T>(lo[0], lo[1]), pack2<T>(lo[2], lo[3]),
-                               pack2<T>(hi[0], hi[1]), pack2<T>(hi[2], hi[3])};
-#pragma unroll
-        for (int n0 = 0; n0 < D; n0 += 16) {
-          uint32_t bf[4];
-          F::load_b_cols<D>(bf, Vs + buf * tile, k0, n0, lane);
-          mma16816<T>(acc[n0 / 8], a, bf);
-          mma16816<T>(acc[n0 / 8 + 1], a, bf + 2);
-        }
-      }
+    if constexpr (PInRegisters) {   // P never leaves the registers: no store, no sync
+      warp_mma_fragment<T, D, Bc, F>(acc, s, Vs + buf * tile, lane);
     } else {
       uint16_t* Pw = Ps + 16 * warp * Bc;
       store_p<T, Bc, true>(Pw, s, lane);
