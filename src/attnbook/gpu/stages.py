@@ -114,6 +114,10 @@ STAGES = (
           env=(("PYTORCH_NO_CUDA_MEMORY_CACHING", "1"),)),
     # the emulator's side of the comparison runs off the GPU (ncu --compare): the
     # second H200 run's stage spent its 150 s on it
+    Stage("counters", "Nsight Compute's speed counters (pipes, stalls, instruction "
+          "mix, memory) of the tensor-core forward, SDPA's flash and cuDNN kernels and "
+          "decoding at full size (attnbook.gpu.counters)", 120,
+          ((PY, "-m", "attnbook.gpu.counters", "--out", "{out}"),)),
     Stage("profile", "Nsight Compute's counts of three kernels (beside the emulator's "
           "afterwards, anywhere: python -m attnbook.gpu.ncu --compare DIR)", 60,
           ((PY, "-m", "attnbook.gpu.ncu", "--out", "{out}"),)),

@@ -1,0 +1,156 @@
+"""Nsight Compute's speed counters at the shapes the speed issues ask about.
+
+    python -m attnbook.gpu.counters --out DIR [--only NAME ...]   # on the GPU
+    python -m attnbook.gpu.counters --list
+
+Each launch is one kernel call at a shape that fills an H100/H200 (the chapter 8
+forward at fp16, D = 128, B 8, H 16, S 4096; chapter 9's decode at B 16, L 32768),
+run once to warm up and once more between ``cudaProfilerStart`` and ``Stop``, so
+``ncu --profile-from-start off`` counts that call's kernels and nothing else (not the
+inputs' random fill, not a build). Per launch ``DIR/<launch>.csv`` is ncu's raw page:
+the sections below (throughput against peak, the pipes, memory, occupancy, warp
+stall reasons, instruction mix) plus ``EXTRA``. Clocks are left as the card is
+(``--clock-control none``). Exit code 2 when ncu is missing or a launch failed.
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import torch
+
+__all__ = ["LAUNCHES", "SECTIONS", "EXTRA", "main"]
+
+SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis",
+            "Occupancy", "LaunchStats", "WarpStateStats", "SchedulerStats",
+            "InstructionStats")
+EXTRA = ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+         "smsp__inst_executed.sum", "smsp__inst_executed_op_ldsm.sum",
+         "smsp__inst_executed_op_ldgsts.sum",
+         "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+         "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
+         "l1tex__t_sector_hit_rate.pct", "dram__bytes_read.sum",
+         "dram__throughput.avg.pct_of_peak_sustained_elapsed", "gpu__time_duration.sum")
+FORWARD = dict(b=8, h=16, s=4096, d=128)
+DECODE = dict(b=16, length=32768)
+
+
+def _forward(name):
+    """q, k, v at the forward's shape and a call of ``name`` on them."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from ..ops import flash_attention_tc
+    g = torch.Generator(device="cuda").manual_seed(0)
+    b, h, s, d = FORWARD.values()
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16,
+                           generator=g) for _ in range(3))
+    if name.startswith("step "):
+        return lambda: flash_attention_tc(q, k, v, step=int(name[5:]))
+    backend = {"sdpa flash": SDPBackend.FLASH_ATTENTION,
+               "sdpa cudnn": SDPBackend.CUDNN_ATTENTION}[name]
+
+    def sdpa():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v)
+    return sdpa
+
+
+def _decode(name):
+    """One decode step of chapter 9's shape (grouped heads, fp16, full caches)."""
+    import torch.nn.functional as F
+
+    from ..bench.suites import DECODE_D, DECODE_H, DECODE_HKV
+    from ..ops.decode import choose_num_splits, decode_attention
+    b, length = DECODE.values()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(b, DECODE_H, 1, DECODE_D, device="cuda", dtype=torch.float16,
+                    generator=g)
+    kc, vc = (torch.randn(b, DECODE_HKV, length, DECODE_D, device="cuda",
+                          dtype=torch.float16, generator=g) for _ in range(2))
+    lens = torch.full((b,), length, dtype=torch.int32, device="cuda")
+    if name == "sdpa":
+        return lambda: F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True)
+    splits = (choose_num_splits(b, DECODE_HKV, DECODE_H // DECODE_HKV, length, "cuda")
+              if name == "split-K" else 1)
+    return lambda: decode_attention(q, kc, vc, lens, None, 0, splits, True,
+                                    DECODE_D ** -0.5)
+
+
+LAUNCHES = {
+    **{f"forward {n}": (lambda n=n: _forward(n))
+       for n in ("step 3", "step 4", "step 5", "sdpa flash", "sdpa cudnn")},
+    **{f"decode {n}": (lambda n=n: _decode(n)) for n in ("split-K", "no split",
+                                                          "sdpa")},
+}
+
+
+def _run_one(name: str) -> int:
+    """The launch program ncu watches: warm up, then one profiled call."""
+    call = LAUNCHES[name]()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    out = call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    print(f"{name}: {tuple(out.shape)}, finite: {bool(torch.isfinite(out).all())}")
+    return 0
+
+
+def _csv(out: pathlib.Path, name: str) -> pathlib.Path:
+    return out / (re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") + ".csv")
+
+
+def _ncu(name: str, out: pathlib.Path) -> str | None:
+    """ncu's counters of launch ``name`` into its csv file; why not, if it failed.
+    Should a metric of EXTRA be unknown to this ncu, the sections alone are kept."""
+    if not shutil.which("ncu"):
+        return "ncu is not on PATH"
+    base = ["ncu", "--csv", "--page", "raw", "--profile-from-start", "off",
+            "--clock-control", "none", "--log-file", str(_csv(out, name))]
+    base += [a for s in SECTIONS for a in ("--section", s)]
+    program = [sys.executable, "-m", "attnbook.gpu.counters", "--launch", name]
+    why = None
+    for argv in (base + ["--metrics", ",".join(EXTRA)] + program, base + program):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+        if done.returncode == 0:
+            return None
+        why = f"ncu exited {done.returncode}: {done.stderr.strip()[-1500:]}"
+        print(f"{name}: {why}", file=sys.stderr, flush=True)
+    return why
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnbook.gpu.counters",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=pathlib.Path, help="run ncu, files into OUT")
+    parser.add_argument("--only", nargs="+", choices=list(LAUNCHES), metavar="NAME")
+    parser.add_argument("--list", action="store_true", help="print the names and exit")
+    parser.add_argument("--launch", choices=list(LAUNCHES), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(LAUNCHES))
+        return 0
+    if args.launch:
+        return _run_one(args.launch)
+    if not args.out:
+        parser.error("--out DIR (or --list)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for name in args.only or LAUNCHES:
+        try:
+            error = _ncu(name, args.out)
+        except subprocess.TimeoutExpired:
+            error = "ncu ran past 240 s"
+        print(f"{name}: {error or 'counted'}", flush=True)
+        failed += error is not None
+    return 2 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
