@@ -271,3 +271,19 @@ def test_recorded_ncu_counts_name_their_gpu_and_agree_on_global_loads():
             for kernel in kernels:
                 for count in ("global load requests", "global load sectors"):
                     assert kernel[count]["emulator"] == kernel[count]["ncu"], launch
+
+
+def test_recorded_speed_counters_name_their_gpu_and_hold_each_kernel():
+    """Nsight Compute's speed counters at full size (chapter 8, appendix B): every
+    record names its GPU and date; each launch its work and at least one kernel with
+    its time, instructions and stall reasons."""
+    records = bench.load_counters()
+    assert records and len(records) == len(list(RESULTS.glob("counters/*.json")))
+    for record in records:
+        assert record["device"]["gpu"] and record["date"]
+        for launch in record["launches"].values():
+            assert launch["bytes"] > 0 and launch["kernels"]
+            for kernel in launch["kernels"]:
+                assert kernel["time_ns"] > 0 and kernel["instructions"] > 0
+                assert 0 < kernel["issue_active_pct"] <= 100
+                assert kernel["stalls"]["selected"] == 1.0   # ncu's own unit

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import attnbook as ab
-from attnbook.gpu import ncu
+from attnbook.gpu import counters, ncu
 from attnbook.gpu.__main__ import main
 from attnbook.gpu.stages import (COMMAND_LIMIT_S, ROOT, STAGES, commands_of, outcomes,
                                   plan)
@@ -112,6 +112,43 @@ def test_ncu_runs_on_the_gpu_and_the_emulator_side_anywhere(tmp_path, monkeypatc
     assert row["global store sectors"]["emulator"] > 0
     assert row["global load sectors"]["ncu"] == 4096.0
     assert "| global load sectors |" in (tmp_path / "compare.md").read_text()
+
+
+COUNTERS_RAW = """==PROF== Connected to process 9 (python)
+"ID","Kernel Name","Grid Size","Block Size","{t}","{i}","{s}"
+"","","","","ns","inst","inst"
+"0","void flash_tc_smem_p_kernel<__half, 128>(...)","(64, 128, 1)","(128, 1, 1)",\
+"7,214,592","3,655,139,328","1.20"
+==PROF== Disconnected from process 9
+""".format(t=counters.KEPT["time_ns"], i=counters.KEPT["instructions"],
+           s="smsp__average_warps_issue_stalled_wait_per_issue_active.ratio")
+
+
+def test_counters_read_ncu_raw_pages_into_the_record(tmp_path, monkeypatch):
+    """The counters stage on a GPU writes ncu's raw page per launch; --record, run
+    anywhere, reads them into the package's record beside the launch's work."""
+    monkeypatch.setenv("ATTNBOOK_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setattr(counters.shutil, "which", lambda name: None)
+    folder = tmp_path / "counters"
+    assert counters.main(["--out", str(folder), "--only", "forward step 3"]) == 2
+    with pytest.raises(FileNotFoundError, match="check stage"):
+        counters.record(folder)
+    (tmp_path / "check").mkdir()
+    (tmp_path / "check" / "environment.json").write_text('{"gpu": "NVIDIA H200"}')
+    with pytest.raises(FileNotFoundError, match="no launch"):
+        counters.record(folder)
+    (folder / "forward_step_3.csv").write_text(COUNTERS_RAW)
+    assert counters.main(["--record", str(folder)]) == 0
+    (saved,) = ab.bench.load_counters()
+    assert saved["device"] == {"gpu": "NVIDIA H200"}
+    assert saved["date"] == datetime.date.today().isoformat()
+    (launch,) = saved["launches"].values()
+    assert launch["flops"] == 4 * 8 * 16 * 4096 ** 2 * 128
+    assert launch["bytes"] == 2 * 4 * 8 * 16 * 4096 * 128   # q, k, v, o in fp16
+    (kernel,) = launch["kernels"]
+    assert kernel["kernel"].startswith("void flash_tc_smem_p_kernel")
+    assert (kernel["time_ns"], kernel["instructions"]) == (7214592.0, 3655139328.0)
+    assert kernel["stalls"] == {"wait": 1.2} and "ldmatrix" not in kernel
 
 
 def _collect(env, *args):

@@ -25,7 +25,8 @@ from ..toolchain.text import wrap
 
 __all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_bytes",
            "pytorch_attention", "Result", "Table", "machine_record", "measure", "save",
-           "load", "load_ncu", "results_dir", "run_or_load", "ratio", "bound_ms"]
+           "load", "load_ncu", "load_counters", "results_dir", "run_or_load", "ratio",
+           "bound_ms"]
 
 # Datasheet peaks: fp32 on CUDA cores (TFLOP/s), dense fp16 on tensor cores (TFLOP/s),
 # and DRAM bandwidth (GB/s). Matched against torch's device name in this order
@@ -300,15 +301,28 @@ def load(chapter: str) -> list:
     return sorted(found, key=lambda r: r.machine.get("date", ""), reverse=True)
 
 
+def _records(kind: str) -> list:
+    """The recorded JSON files of ``results_dir()/kind``, one per GPU, newest first."""
+    folder = results_dir() / kind
+    found = ([json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+             if folder.is_dir() else [])
+    return sorted(found, key=lambda r: r["date"], reverse=True)
+
+
 def load_ncu() -> list:
     """Nsight Compute's counts of a few launches beside the emulator's profile of the
     same launches (``python -m attnbook.gpu.ncu``), one record per GPU, newest first:
     each a dict of ``date``, ``device`` and ``results`` (launch -> its kernels, each
     count as ``{"emulator": n, "ncu": n}``)."""
-    folder = results_dir() / "ncu"
-    found = ([json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
-             if folder.is_dir() else [])
-    return sorted(found, key=lambda r: r["date"], reverse=True)
+    return _records("ncu")
+
+
+def load_counters() -> list:
+    """Nsight Compute's speed counters of full-size launches (``python -m
+    attnbook.gpu.counters``), one record per GPU, newest first: each a dict of
+    ``date``, ``device`` and ``launches`` (name -> its shape, FLOPs, least bytes and
+    kernels, each kernel a dict of counters)."""
+    return _records("counters")
 
 
 def run_or_load(chapter: str, suite):

@@ -1,6 +1,7 @@
 """Nsight Compute's speed counters at the shapes the speed issues ask about.
 
     python -m attnbook.gpu.counters --out DIR [--only NAME ...]   # on the GPU
+    python -m attnbook.gpu.counters --record DIR                  # anywhere
     python -m attnbook.gpu.counters --list
 
 Each launch is one kernel call at a shape that fills an H100/H200 (the chapter 8
@@ -11,10 +12,18 @@ inputs' random fill, not a build). Per launch ``DIR/<launch>.csv`` is ncu's raw 
 the sections below (throughput against peak, the pipes, memory, occupancy, warp
 stall reasons, instruction mix) plus ``EXTRA``. Clocks are left as the card is
 (``--clock-control none``). Exit code 2 when ncu is missing or a launch failed.
+``--record`` reads those files (and ``DIR/../check/environment.json``, the GPU's
+facts) into ``results_dir()/counters/<gpu>.json``, which :func:`attnbook.bench.
+load_counters` reads: per launch its shape, FLOPs, least DRAM bytes and, per kernel,
+the counters of ``KEPT`` and every stall reason (warps stalled per issued
+instruction).
 """
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime
+import json
 import pathlib
 import re
 import shutil
@@ -23,7 +32,7 @@ import sys
 
 import torch
 
-__all__ = ["LAUNCHES", "SECTIONS", "EXTRA", "main"]
+__all__ = ["LAUNCHES", "SECTIONS", "EXTRA", "KEPT", "kernels_of", "record", "main"]
 
 SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis",
             "Occupancy", "LaunchStats", "WarpStateStats", "SchedulerStats",
@@ -35,6 +44,24 @@ EXTRA = ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
          "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
          "l1tex__t_sector_hit_rate.pct", "dram__bytes_read.sum",
          "dram__throughput.avg.pct_of_peak_sustained_elapsed", "gpu__time_duration.sum")
+# what the record keeps of ncu's raw page, by a short name
+KEPT = {"time_ns": "gpu__time_duration.sum",
+        "registers": "launch__registers_per_thread",
+        "shared_bytes": "launch__shared_mem_per_block",
+        "instructions": "smsp__inst_executed.sum",
+        "ldmatrix": "smsp__inst_executed_op_ldsm.sum",
+        "cp_async": "smsp__inst_executed_op_ldgsts.sum",
+        "tensor_pipe_pct":
+            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+        "issue_active_pct": "smsp__issue_active.avg.pct_of_peak_sustained_active",
+        "warps_per_scheduler": "smsp__warps_active.avg.per_cycle_active",
+        "shared_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+        "shared_bank_conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
+        "l1_hit_pct": "l1tex__t_sector_hit_rate.pct",
+        "l2_hit_pct": "lts__t_sector_hit_rate.pct",
+        "dram_pct": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+        "dram_read_bytes": "dram__bytes_read.sum"}
+STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio")
 FORWARD = dict(b=8, h=16, s=4096, d=128)
 DECODE = dict(b=16, length=32768)
 
@@ -98,8 +125,79 @@ def _run_one(name: str) -> int:
     out = call()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
+    if isinstance(out, tuple):   # decoding's (output, logsumexp)
+        out = out[0]
     print(f"{name}: {tuple(out.shape)}, finite: {bool(torch.isfinite(out).all())}")
     return 0
+
+
+def _number(text: str):
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def kernels_of(text: str) -> list[dict]:
+    """The kernels of ncu's ``--csv --page raw`` output, in launch order: each its
+    name, grid, block, the counters of ``KEPT`` it has (None where ncu gave no
+    number) and ``stalls`` (reason -> warps stalled per issued instruction)."""
+    rows = list(csv.reader(line for line in text.splitlines()
+                           if line.startswith('"')))
+    if not rows or "Kernel Name" not in rows[0]:
+        return []
+    names = rows[0]
+    kernels = []
+    for r in rows[1:]:
+        if len(r) != len(names) or not r[names.index("ID")].strip():
+            continue   # the units row
+        value = dict(zip(names, r))
+        k = {"kernel": value["Kernel Name"], "grid": value["Grid Size"],
+             "block": value["Block Size"]}
+        k.update({key: _number(value[m]) for key, m in KEPT.items() if m in value})
+        k["stalls"] = {m.group(1): _number(v) for n, v in value.items()
+                       if (m := STALL.fullmatch(n))}
+        kernels.append(k)
+    return kernels
+
+
+def _work(name: str) -> dict:
+    """A launch's shape, its FLOPs and the least DRAM bytes it must move."""
+    from ..bench.harness import attention_bytes, attention_flops
+    from ..bench.suites import DECODE_D, DECODE_H, DECODE_HKV, decode_bytes
+    if name.startswith("forward"):
+        b, h, s, d = FORWARD.values()
+        return dict(shape=dict(FORWARD, dtype="float16", causal=False),
+                    flops=attention_flops(b, h, s, s, d),
+                    bytes=attention_bytes(b, h, s, s, d, itemsize=2))
+    return dict(shape=dict(DECODE, h=DECODE_H, hkv=DECODE_HKV, d=DECODE_D,
+                           dtype="float16"),
+                flops=0.0, bytes=decode_bytes(DECODE["b"], DECODE["length"]))
+
+
+def record(folder: pathlib.Path) -> pathlib.Path:
+    """Read the launches' csv files in ``folder`` into the package's record of this
+    GPU (see the module's docstring); returns the file written."""
+    from ..bench.harness import _slug, results_dir
+    environment = folder.parent / "check" / "environment.json"
+    if not environment.exists():
+        raise FileNotFoundError(f"{environment}: the run's check stage names the GPU")
+    device = json.loads(environment.read_text())
+    launches, measured = {}, []
+    for name in LAUNCHES:
+        path = _csv(folder, name)
+        if path.exists() and (kernels := kernels_of(path.read_text())):
+            launches[name] = dict(_work(name), kernels=kernels)
+            measured.append(path.stat().st_mtime)
+    if not launches:
+        raise FileNotFoundError(f"no launch's csv file in {folder}")
+    date = datetime.date.fromtimestamp(min(measured)).isoformat()
+    out = results_dir() / "counters" / f"{_slug(device['gpu'])}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(date=date, device=device, command=(
+        "python -m attnbook.gpu.counters --out DIR; ... --record DIR"),
+        launches=launches), indent=1) + "\n")
+    return out
 
 
 def _csv(out: pathlib.Path, name: str) -> pathlib.Path:
@@ -128,7 +226,10 @@ def _ncu(name: str, out: pathlib.Path) -> str | None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnbook.gpu.counters",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=pathlib.Path, help="run ncu, files into OUT")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", type=pathlib.Path, help="run ncu, files into OUT")
+    where.add_argument("--record", type=pathlib.Path,
+                       help="read RECORD's csv files into the package's record")
     parser.add_argument("--only", nargs="+", choices=list(LAUNCHES), metavar="NAME")
     parser.add_argument("--list", action="store_true", help="print the names and exit")
     parser.add_argument("--launch", choices=list(LAUNCHES), help=argparse.SUPPRESS)
@@ -138,8 +239,11 @@ def main(argv=None) -> int:
         return 0
     if args.launch:
         return _run_one(args.launch)
+    if args.record:
+        print(f"written: {record(args.record)}")
+        return 0
     if not args.out:
-        parser.error("--out DIR (or --list)")
+        parser.error("--out DIR, --record DIR or --list")
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0
     for name in args.only or LAUNCHES:
