@@ -75,6 +75,42 @@ def test_thread_orders(step, order, device):
         check_close(out, q, k, v, mask)
 
 
+# Step 6's tiles are 128 rows by 128 (D 64) or 64 (D 128) keys: shapes with whole key
+# tiles (its unmasked loop), a partial last one, and the tile before it (which the
+# unmasked loop leaves to the masked one), Sq ≠ Sk both ways.
+FA2_SHAPES = [(1, 2, 1, 130, 300, 64), (1, 2, 2, 150, 200, 128),
+              (1, 2, 2, 300, 256, 64), (1, 1, 1, 129, 192, 128)]
+
+
+@pytest.mark.parametrize("dtype,shape", list(itertools.product(DTYPES, FA2_SHAPES)))
+def test_fa2_step_over_whole_key_tiles(dtype, shape, device):
+    q, k, v = inputs(shape, dtype, device, seed=4)
+    b, h, _, sq, sk, _ = shape
+    for name, opts, mask in ab.masks.cases(b, h, sq, sk, dtype=dtype, device=device):
+        out = ab.flash_attention_tc(q, k, v, step=6, **opts)
+        check_close(out, q, k, v, mask)
+
+
+@pytest.mark.parametrize("scale", [-0.3, 0.0, 1e-3])
+def test_fa2_step_any_scale(scale, device):
+    """Step 6 takes the max of raw scores, so a negative scale flips q's sign first."""
+    q, k, v = inputs((1, 2, 2, 130, 200, 64), torch.float16, device, seed=8)
+    for opts in ({}, dict(is_causal=True)):
+        out = ab.flash_attention_tc(q, k, v, scale=scale, step=6, **opts)
+        want = ab.attention_reference(q, k, v, scale=scale, float64=True, **opts)
+        torch.testing.assert_close(out.double(), want, rtol=1e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("order", [("reverse", 0), ("shuffle", 3)])
+def test_fa2_step_thread_orders_over_whole_tiles(order, device):
+    q, k, v = inputs((1, 2, 1, 130, 300, 64), torch.float16, device, seed=9)
+    for _, opts, mask in ab.masks.cases(1, 2, 130, 300, dtype=torch.float16,
+                                        device=device)[:4]:
+        with ab.thread_order(*order):
+            out = ab.flash_attention_tc(q, k, v, step=6, **opts)
+        check_close(out, q, k, v, mask)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_log_sum_exp_and_large_scores(dtype, device):
     """Scores of order ±1e4 stay finite, and the lse is the reference's."""
@@ -114,7 +150,7 @@ def nan_cases():
         yield which, value, dict(is_causal=True)
 
 
-@pytest.mark.parametrize("step", [1, ab.ops.TC_FASTEST, 5])
+@pytest.mark.parametrize("step", sorted({1, ab.ops.TC_FASTEST, 5, 6}))
 @pytest.mark.parametrize("which,value,opts", list(nan_cases()))
 def test_nan_and_inf_as_in_sdpa(step, which, value, opts, device):
     """SDPA's math path, NaN for NaN (masked keys: a masked k never reaches a row; a
@@ -214,7 +250,7 @@ def test_empty_inputs(device):
     (lambda q: ab.flash_attention_tc(q, q, q.bfloat16()), TypeError, "one dtype"),
     (lambda q: ab.flash_attention_tc(*[q.new_zeros(1, 1, 4, 192)] * 3), ValueError,
      "head_dim 192"),
-    (lambda q: ab.flash_attention_tc(q, q, q, step=6), ValueError, "step must be"),
+    (lambda q: ab.flash_attention_tc(q, q, q, step=7), ValueError, "step must be"),
     (lambda q: ab.flash_attention_tc(q, q, q, step=5, tiles=(32, 32)), ValueError,
      r"not compiled for step 5 at head_dim 128"),
     (lambda q: ab.flash_attention_tc(q, q, q, step=2, tiles=(64, 64)), ValueError,

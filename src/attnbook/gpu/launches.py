@@ -73,6 +73,9 @@ LAUNCHES = {
     **{f"tensor cores step {s}": (lambda dev, s=s: ops.flash_attention_tc(
         *_qkv(dev, 1, 2, 40, 70, 64, torch.float16), is_causal=True, step=s))
        for s in ops.TC_STEPS},
+    # step 6's unmasked loop needs whole 128-key tiles (D 64)
+    "tensor cores step 6, whole tiles": lambda dev: ops.flash_attention_tc(
+        *_qkv(dev, 1, 2, 130, 300, 64, torch.float16), is_causal=True, step=6),
     "tensor cores bf16": lambda dev: ops.flash_attention_tc(
         *_qkv(dev, 1, 2, 17, 17, 128, torch.bfloat16), step=5),
     **{f"softmax {n}": (lambda dev, n=n: ops.softmax(_randn(dev, 3, 77), n))

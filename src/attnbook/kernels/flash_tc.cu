@@ -6,11 +6,19 @@
 //   3 swizzled shared memory                       flash_tc_2_3_ldmatrix_swizzle.cuh
 //   4 cp.async double buffering of K and V         flash_tc_4_5_pipeline.cuh
 //   5 P in registers; exp2, the scale folded in    flash_tc_4_5_pipeline.cuh
+//   6 FlashAttention-2's shape: 32 rows per warp,  flash_tc_6_fa2.cuh
+//     addresses hoisted, FFMA + EX2 softmax, split-phase copies, an unmasked loop
 #include <algorithm>
 #include <type_traits>
 
 #include "flash_tc.h"
-#include "flash_tc_4_5_pipeline.cuh"
+#include "flash_tc_6_fa2.cuh"
+
+// Query rows per warp: 16 (one m16 tile) up to step 5, 32 in step 6.
+template <int Step>
+constexpr int tc_rows_per_warp() {
+  return Step == 6 ? 32 : 16;
+}
 
 template <class T, int D, int Bc, int Warps>
 using TcKernel = void (*)(const T*, const T*, const T*, T*, float*, Layout, Layout,
@@ -24,16 +32,20 @@ constexpr TcKernel<T, D, Bc, Warps> tc_kernel() {
     return flash_tc_smem_p_kernel<T, D, Bc, Warps, LdmatrixFragments<false>>;
   else if constexpr (Step == 3)
     return flash_tc_smem_p_kernel<T, D, Bc, Warps, LdmatrixFragments<true>>;
-  else
+  else if constexpr (Step <= 5)
     return flash_tc_pipeline_kernel<T, D, Bc, Warps, Step == 5>;
+  else
+    return flash_tc_fa2_kernel<T, D, Bc, Warps>;
 }
 
 template <int D, int Bc, int Warps, int Step>
 constexpr int tc_smem_bytes() {
   if constexpr (Step <= 3)
     return smem_p_bytes<D, Bc, Warps>();
-  else
+  else if constexpr (Step <= 5)
     return pipeline_bytes<D, Bc, Warps, Step == 5>();
+  else
+    return fa2_bytes<D, Bc, Warps>();
 }
 
 // The GPU can run this launch: mma.sync m16n8k8 needs sm_75, bf16 operands sm_80, and
@@ -55,12 +67,14 @@ static TcStatus check_device(const void* kernel, int bytes) {
   return kTcLaunched;
 }
 
-template <class T, int D, int Bc, int Warps, int Step>
+template <class T, int D, int Br, int Bc, int Step>
 static TcStatus launch(const void* q, const void* k, const void* v, void* o, float* lse,
                        const Layout& lq, const Layout& lk, const Layout& lv, int B,
                        int H, int Hkv, int Sq, int Sk, float scale,
                        const MaskParams& mask, cudaStream_t stream) {
-  constexpr int Br = 16 * Warps, bytes = tc_smem_bytes<D, Bc, Warps, Step>();
+  constexpr int Warps = Br / tc_rows_per_warp<Step>();
+  static_assert(Warps * tc_rows_per_warp<Step>() == Br, "whole warps of rows");
+  constexpr int bytes = tc_smem_bytes<D, Bc, Warps, Step>();
   const auto kernel = tc_kernel<T, D, Bc, Warps, Step>();
   const TcStatus status = check_device<T>(reinterpret_cast<const void*>(kernel), bytes);
   if (status != kTcLaunched) return status;
@@ -78,25 +92,27 @@ static TcStatus launch(const void* q, const void* k, const void* v, void* o, flo
 TcStatus flash_tc_forward(bool bf16, int step, const void* q, const void* k,
                           const void* v, void* o, float* lse, const Layout& lq,
                           const Layout& lk, const Layout& lv, int B, int H, int Hkv,
-                          int Sq, int Sk, int D, int Bc, int Warps, float scale,
+                          int Sq, int Sk, int D, int Br, int Bc, float scale,
                           const MaskParams& mask, cudaStream_t stream) {
-#define ATTNBOOK_TC_CONFIG(step_, d, bc, warps)                                      \
-  if (step == step_ && D == d && Bc == bc && Warps == warps)                        \
-    return (bf16 ? launch<__nv_bfloat16, d, bc, warps, step_>                        \
-                 : launch<__half, d, bc, warps, step_>)(q, k, v, o, lse, lq, lk, lv, \
-                                                        B, H, Hkv, Sq, Sk, scale,    \
-                                                        mask, stream);
+#define ATTNBOOK_TC_CONFIG(step_, d, br, bc)                                         \
+  if (step == step_ && D == d && Br == br && Bc == bc)                              \
+    return (bf16 ? launch<__nv_bfloat16, d, br, bc, step_>                           \
+                 : launch<__half, d, br, bc, step_>)(q, k, v, o, lse, lq, lk, lv, B, \
+                                                     H, Hkv, Sq, Sk, scale, mask,    \
+                                                     stream);
 #define ATTNBOOK_TC_STEPS(d, bc)                                                     \
-  ATTNBOOK_TC_CONFIG(1, d, bc, 4)                                                    \
-  ATTNBOOK_TC_CONFIG(2, d, bc, 4)                                                    \
-  ATTNBOOK_TC_CONFIG(3, d, bc, 4)                                                    \
-  ATTNBOOK_TC_CONFIG(4, d, bc, 4)                                                    \
-  ATTNBOOK_TC_CONFIG(5, d, bc, 4)
+  ATTNBOOK_TC_CONFIG(1, d, 64, bc)                                                   \
+  ATTNBOOK_TC_CONFIG(2, d, 64, bc)                                                   \
+  ATTNBOOK_TC_CONFIG(3, d, 64, bc)                                                   \
+  ATTNBOOK_TC_CONFIG(4, d, 64, bc)                                                   \
+  ATTNBOOK_TC_CONFIG(5, d, 64, bc)
   ATTNBOOK_TC_STEPS(64, 64)
   ATTNBOOK_TC_STEPS(128, 32)
-  ATTNBOOK_TC_CONFIG(5, 64, 64, 8)   // Br = 128 for the tile sweep
-  ATTNBOOK_TC_CONFIG(5, 128, 64, 4)
-  ATTNBOOK_TC_CONFIG(5, 128, 32, 8)
+  ATTNBOOK_TC_CONFIG(5, 64, 128, 64)   // the tile sweep
+  ATTNBOOK_TC_CONFIG(5, 128, 64, 64)
+  ATTNBOOK_TC_CONFIG(5, 128, 128, 32)
+  ATTNBOOK_TC_CONFIG(6, 64, 128, 128)   // FlashAttention-2's tiles
+  ATTNBOOK_TC_CONFIG(6, 128, 128, 64)
 #undef ATTNBOOK_TC_STEPS
 #undef ATTNBOOK_TC_CONFIG
   return kTcNotCompiled;

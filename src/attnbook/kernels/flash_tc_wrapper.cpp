@@ -28,7 +28,7 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
   const TcStatus status = flash_tc_forward(
       bf16, int(step), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
       lse.data_ptr<float>(), lq, lk, lv, int(B), int(H), int(Hkv), int(Sq), int(Sk),
-      int(D), int(block_k), int(block_q / 16), float(scale), mask, attnbook::stream());
+      int(D), int(block_q), int(block_k), float(scale), mask, attnbook::stream());
   TORCH_CHECK(status != kTcNotCompiled, "step ", step, " with head_dim ", D,
               " and tiles ", block_q, "x", block_k, " is not compiled");
   TORCH_CHECK(status != kTcArch, "this GPU lacks the tensor cores for ",

@@ -59,6 +59,29 @@ __device__ __forceinline__ bool tile_unmasked(const MaskParams& m, int b, int ro
   return true;
 }
 
+// Of the tiles [j0, j0 + Bc) at j0 = kv_begin + i·Bc, those that tile_unmasked admits
+// for rows [row_lo, row_hi] form one run, keys [*u_begin, *u_end) (empty: both are
+// kv_begin): a kernel can run them in a loop without mask code.
+__device__ __forceinline__ void unmasked_tiles(const MaskParams& m, int b, int row_lo,
+                                               int row_hi, int Sq, int Sk,
+                                               int kv_begin, int kv_end, int Bc,
+                                               int* u_begin, int* u_end) {
+  *u_begin = *u_end = kv_begin;
+  if (m.bias || m.stride > 1) return;
+  const long long lo = (long long)row_lo + Sk - Sq, hi = (long long)row_hi + Sk - Sq;
+  long long first = kv_begin, last = min(Sk, kv_end);   // j0 >= first, j0 + Bc <= last
+  if (m.key_lengths) last = min(last, (long long)m.key_lengths[b]);
+  if (m.causal) last = min(last, lo + 1);
+  if (m.window > 0) {
+    first = max(first, hi - m.window + 1);
+    last = min(last, lo + m.window);
+  }
+  const long long start = kv_begin + (first - kv_begin + Bc - 1) / Bc * Bc;
+  if (last - start < Bc) return;
+  *u_begin = int(start);
+  *u_end = int(start + (last - start) / Bc * Bc);
+}
+
 // Query rows [*begin, *end) hold every row of batch b that may attend some key of
 // [j0, j1): the backward's key blocks visit only the query tiles in this range.
 __device__ __forceinline__ void admitted_query_range(const MaskParams& m, int b, int j0,

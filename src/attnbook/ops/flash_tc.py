@@ -13,18 +13,21 @@ from .flash import aligned_rows, check_no_mask_grad
 from .registry import extension
 
 __all__ = ["flash_attention_tc", "flash_tc_forward", "tc_forward", "TC_STEPS",
-           "TC_FASTEST", "TC_HEAD_DIMS", "TC_TILES", "TC_SWEEP"]
+           "TC_FASTEST", "TC_HEAD_DIMS", "TC_TILES", "FA2_TILES", "TC_SWEEP",
+           "tc_tiles"]
 
 # The chapter's steps, each a kernel of kernels/flash_tc*.
 TC_STEPS = {1: "mma.sync", 2: "ldmatrix", 3: "swizzled shared memory",
-            4: "cp.async pipeline", 5: "P in registers"}
+            4: "cp.async pipeline", 5: "P in registers",
+            6: "FlashAttention-2's shape"}
 # The step flash_attention_tc and ab.attention run in float16 and bfloat16: on the H200
 # (B·S = 32768, H = 16, D = 64 and 128, S = 512 ... 16384, causal and not, fp16 and
 # bf16; bench/results/08) step 3 took the least time of the five at every shape; step 5
 # took 1.05-1.68 times as long.
 TC_FASTEST = 3
 TC_HEAD_DIMS = (64, 128)   # other head dims up to 128 are zero-padded to one of these
-TC_TILES = {64: (64, 64), 128: (64, 32)}   # (Br, Bc) of every step
+TC_TILES = {64: (64, 64), 128: (64, 32)}   # (Br, Bc) of steps 1-5
+FA2_TILES = {64: (128, 128), 128: (128, 64)}   # step 6: 32 rows per warp
 # (Br, Bc) compiled for step 5 besides TC_TILES, for the tile sweep.
 TC_SWEEP = {64: ((128, 64),), 128: ((64, 64), (128, 32))}
 
@@ -55,8 +58,14 @@ def _(q, k, v, bias, key_lengths, mask_options, scale, step, block_q, block_k):
 
 def _smem_bytes(step: int, d: int, br: int, bc: int) -> int:
     """Shared memory of a launch, as the kernels lay it out (flash_tc*.cuh)."""
-    p = 0 if step == 5 else br * bc
-    return 2 * (br * d + (2 if step <= 3 else 4) * bc * d + p)
+    p = 0 if step >= 5 else br * bc
+    kv = 2 if step <= 3 or step == 6 else 4   # K and V tiles, double-buffered or not
+    return 2 * (br * d + kv * bc * d + p)
+
+
+def tc_tiles(step: int, d: int) -> tuple:
+    """The (Br, Bc) step ``step`` runs at head_dim ``d`` by default."""
+    return (FA2_TILES if step == 6 else TC_TILES)[d]
 
 
 def _check_device(dtype, device: torch.device, step: int, d: int, tiles) -> None:
@@ -82,9 +91,9 @@ def _tiles(step: int, d: int, tiles) -> tuple:
     if step not in TC_STEPS:
         raise ValueError(f"step must be one of {tuple(TC_STEPS)}, got {step!r}")
     if tiles is None:
-        return TC_TILES[d]
+        return tc_tiles(step, d)
     tiles = tuple(tiles)
-    allowed = (TC_TILES[d],) + (TC_SWEEP[d] if step == 5 else ())
+    allowed = (tc_tiles(step, d),) + (TC_SWEEP[d] if step == 5 else ())
     if tiles not in allowed:
         raise ValueError(f"tiles {tiles} are not compiled for step {step} at head_dim "
                          f"{d}: use one of {allowed}")
@@ -115,9 +124,9 @@ def flash_attention_tc(q, k, v, attn_mask=None, is_causal=False, scale=None, *,
     """softmax(q kᵀ · scale + mask) v on tensor cores, for float16 and bfloat16 inputs
     (bfloat16 needs sm_80 on a GPU; the emulator runs both). Arguments as for
     :func:`attnbook.attention`; head_dim up to 128 (64 and 128 run as they are, others
-    are zero-padded to the next of them). ``step``: the chapter's kernel, 1–5
+    are zero-padded to the next of them). ``step``: the chapter's kernel, 1–6
     (:data:`TC_STEPS`), by default the fastest measured (:data:`TC_FASTEST`); ``tiles``
-    = (Br, Bc): :data:`TC_TILES` by default, or for step 5 one of :data:`TC_SWEEP`.
+    = (Br, Bc): :func:`tc_tiles` by default, or for step 5 one of :data:`TC_SWEEP`.
     Returns o in q's dtype (and the float32 log-sum-exp if ``return_lse``),
     differentiable in q, k and v through the tensor-core backward
     (:mod:`attnbook.ops.backward_tc`), whichever step ran."""
