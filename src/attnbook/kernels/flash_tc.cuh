@@ -167,8 +167,9 @@ __device__ __forceinline__ void store_p(uint16_t* p, const float (&s)[NB][4],
 
 // o = acc / l for the warp's rows (zeros where no key was admitted: l = 0, whatever 0·v
 // gave), as T into o ([Sq, D] of this (batch, head)), and the log-sum-exp m + log l
-// (natural units; -inf for an empty row) into lse.
-template <class T, int ND, bool Exp2>
+// (natural units; -inf for an empty row) into lse. l: each lane's partial sums of rows
+// g and g + 8 (LanePartial, added over the four lanes here) or the whole sums.
+template <class T, int ND, bool Exp2, bool LanePartial = true>
 __device__ __forceinline__ void store_rows(const float (&acc)[ND][4],
                                            const float (&m)[2], const float (&l)[2],
                                            T* o, float* lse, int row0, int Sq,
@@ -177,8 +178,10 @@ __device__ __forceinline__ void store_rows(const float (&acc)[ND][4],
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = l[r];
-    sum += __shfl_xor_sync(kFullWarp, sum, 1);
-    sum += __shfl_xor_sync(kFullWarp, sum, 2);
+    if (LanePartial) {
+      sum += __shfl_xor_sync(kFullWarp, sum, 1);
+      sum += __shfl_xor_sync(kFullWarp, sum, 2);
+    }
     const int row = row0 + lane / 4 + 8 * r;
     if (row >= Sq) continue;
     const float inv = sum == 0.f ? 0.f : 1.f / sum;

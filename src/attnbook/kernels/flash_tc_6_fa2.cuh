@@ -12,7 +12,8 @@
 //   and every cp.async one a pointer advanced by a tile per iteration.
 // - The softmax in log2 units with the scale folded in: p = 2^(s·c − m) is one FFMA
 //   and one MUFU.EX2 (ex2.approx.ftz), c = scale·log2(e); the row max is FMNMX on the
-//   raw scores (c ≥ 0: a negative scale flips the sign of Q once instead).
+//   raw scores (c ≥ 0: a negative scale flips the sign of Q once instead); the row
+//   sums are an mma of P with a column of ones, not an FADD per score.
 // - FlashAttention-2's split-phase copies: V of this tile streams in during S = Q Kᵀ
 //   and the softmax, K of the next tile during O += P V; two barriers per tile.
 // - Tiles that need no mask run in a loop of their own, with no mask code at all; the
@@ -102,10 +103,12 @@ struct TileCopy {
 // raw scores to be multiplied by c (the unmasked tiles: c = scale·log2(e) ≥ 0, so the
 // max of the raw scores times c is the max of the scaled ones) or scores already in
 // log2 units (masked tiles: c = 1). m is kept in log2 units; p = 2^(s·c − m) in place.
+// The row sums are not added here: l is the accumulator fragment of P·1 (the mma
+// adds each row of P, see the kernel), rescaled by α like acc.
 template <int NB, int ND>
 __device__ __forceinline__ void online_softmax_exp2(float (&s)[NB][4],
                                                     float (&acc)[ND][4],
-                                                    float (&m)[2], float (&l)[2],
+                                                    float (&m)[2], float (&l)[4],
                                                     float c) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -117,15 +120,13 @@ __device__ __forceinline__ void online_softmax_exp2(float (&s)[NB][4],
     const float m_new = fmaxf(m[r], mx * c);
     const float base = m_new == -INFINITY ? 0.f : m_new;   // 2^(-inf − 0) = 0, not NaN
     const float alpha = exp2_approx(m[r] - base);
-    float sum = 0.f;
 #pragma unroll
-    for (int n = 0; n < NB; ++n)
-#pragma unroll
-      for (int i = 2 * r; i < 2 * r + 2; ++i) {
-        s[n][i] = exp2_approx(fmaf(s[n][i], c, -base));
-        sum += s[n][i];
-      }
-    l[r] = l[r] * alpha + sum;
+    for (int n = 0; n < NB; ++n) {
+      s[n][2 * r] = exp2_approx(fmaf(s[n][2 * r], c, -base));
+      s[n][2 * r + 1] = exp2_approx(fmaf(s[n][2 * r + 1], c, -base));
+    }
+    l[2 * r] *= alpha;
+    l[2 * r + 1] *= alpha;
 #pragma unroll
     for (int d = 0; d < ND; ++d) {
       acc[d][2 * r] *= alpha;
@@ -183,9 +184,12 @@ __global__ void __launch_bounds__(32 * Warps)
   }
   const float c = scale * kLog2e;
 
-  const SwizzledRows<D> a_rows(lane % 16, lane / 16);   // Q (A) and V (B, .trans)
-  const SwizzledRows<D> k_rows(lane % 8 + lane / 16 * 8, lane / 8 % 2);   // K (B)
-  float acc[2][ND][4] = {}, m[2][2], l[2][2] = {};
+  // The lanes' rows for ldmatrix: Q (the A operand) and V (B, transposed) name rows
+  // 0-15 at the first 8 columns and the same rows 8 columns on; K (B) rows 0-7 and
+  // 8-15 at both, so that each mma's two B registers come out as a pair.
+  const SwizzledRows<D> a_rows(lane % 16, lane / 16);
+  const SwizzledRows<D> k_rows(lane % 8 + lane / 16 * 8, lane / 8 % 2);
+  float acc[2][ND][4] = {}, m[2][2], l[2][4] = {};
 #pragma unroll
   for (int t = 0; t < 2; ++t) m[t][0] = m[t][1] = -INFINITY;
 
@@ -197,6 +201,7 @@ __global__ void __launch_bounds__(32 * Warps)
     copy_kv.template issue<Masked>(Vs, vb + j0 * lv.s, lv.s, kv_end - j0);
     cp_async_commit();    // V streams in during S = Q Kᵀ and the softmax
 
+    // S = Q Kᵀ, each K fragment used by both row tiles.
     float s[2][NB][4] = {};
 #pragma unroll
     for (int k0 = 0; k0 < D; k0 += 16) {
@@ -214,13 +219,33 @@ __global__ void __launch_bounds__(32 * Warps)
         }
       }
     }
+    // P = 2^(S·c − m), packed to T at once: the A operand of P V, half the registers.
+    uint32_t p[2][Bc / 16][4];
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       if constexpr (Masked)
         scale_and_mask<NB, true>(s[t], false, mask, b, h, row_lo + 32 * warp + 16 * t,
                                  j0, Sq, Sk, scale, lane);
       online_softmax_exp2(s[t], acc[t], m[t], l[t], Masked ? 1.f : c);
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk) {
+        const float *lo = s[t][2 * kk], *hi = s[t][2 * kk + 1];
+        p[t][kk][0] = pack2<T>(lo[0], lo[1]);
+        p[t][kk][1] = pack2<T>(lo[2], lo[3]);
+        p[t][kk][2] = pack2<T>(hi[0], hi[1]);
+        p[t][kk][3] = pack2<T>(hi[2], hi[3]);
+      }
     }
+
+    // The row sums on the tensor cores: l += P·1, each column of l the sum of a row of
+    // P as rounded to T (the weights P V uses), one mma per 16 keys instead of an
+    // FADD per score.
+    constexpr uint32_t one = std::is_same_v<T, __half> ? 0x3c003c00u : 0x3f803f80u;
+    const uint32_t ones[2] = {one, one};
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk) mma16816<T>(l[t], p[t][kk], ones);
 
     cp_async_wait<0>();   // this thread's copies of V have landed
     __syncthreads();      // everyone's; and every warp is done with K's buffer
@@ -230,27 +255,17 @@ __global__ void __launch_bounds__(32 * Warps)
     cp_async_commit();
 
 #pragma unroll
-    for (int k0 = 0; k0 < Bc; k0 += 16) {
-      uint32_t p[2][4];
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        const float *lo = s[t][k0 / 8], *hi = s[t][k0 / 8 + 1];
-        p[t][0] = pack2<T>(lo[0], lo[1]);
-        p[t][1] = pack2<T>(lo[2], lo[3]);
-        p[t][2] = pack2<T>(hi[0], hi[1]);
-        p[t][3] = pack2<T>(hi[2], hi[3]);
-      }
+    for (int k0 = 0; k0 < Bc; k0 += 16)
 #pragma unroll
       for (int n0 = 0; n0 < D; n0 += 16) {
         uint32_t bv[4];
         ldmatrix_at<4, true>(bv, Vs, a_rows.at(k0, n0));
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
-          mma16816<T>(acc[t][n0 / 8], p[t], bv);
-          mma16816<T>(acc[t][n0 / 8 + 1], p[t], bv + 2);
+          mma16816<T>(acc[t][n0 / 8], p[t][k0 / 16], bv);
+          mma16816<T>(acc[t][n0 / 8 + 1], p[t][k0 / 16], bv + 2);
         }
       }
-    }
   };
 
   for (int j0 = kv_begin; j0 < kv_end;) {
@@ -263,8 +278,10 @@ __global__ void __launch_bounds__(32 * Warps)
   }
   cp_async_wait<0>();   // no copy outlives the block
 #pragma unroll
-  for (int t = 0; t < 2; ++t)
-    store_rows<T, ND, true>(acc[t], m[t], l[t], o + size_t(bh) * Sq * D,
-                            lse + size_t(bh) * Sq, row_lo + 32 * warp + 16 * t, Sq,
-                            lane);
+  for (int t = 0; t < 2; ++t) {
+    const float sums[2] = {l[t][0], l[t][2]};   // rows g and g + 8, whole
+    store_rows<T, ND, true, false>(acc[t], m[t], sums, o + size_t(bh) * Sq * D,
+                                   lse + size_t(bh) * Sq, row_lo + 32 * warp + 16 * t,
+                                   Sq, lane);
+  }
 }
