@@ -136,6 +136,33 @@ __device__ __forceinline__ void online_softmax_exp2(float (&s)[NB][4],
   }
 }
 
+// A masked tile's scores in log2 units (scale_and_mask's masked case): -inf where the
+// key is not admitted or past the end, scale·s + the additive mask otherwise. The
+// additive mask is read through one pointer per row, advanced by constants: computed
+// per score from its four strides, its registers would spill.
+template <int NB>
+__device__ __forceinline__ void mask_scores(float (&s)[NB][4], const MaskParams& mask,
+                                            int b, int h, int row0, int j0, int Sq,
+                                            int Sk, float scale, int lane) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + lane / 4 + 8 * r;
+    const float* bias = bias_at(mask, b, h, row, j0 + 2 * (lane % 4));
+#pragma unroll
+    for (int n = 0; n < NB; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = j0 + 8 * n + 2 * (lane % 4) + e;
+        float& x = s[n][2 * r + e];
+        if (row < Sq && j < Sk && admitted(mask, b, row, j, Sq, Sk))
+          x = (bias ? add_bias(x * scale, bias[(8 * n + e) * mask.bs3]) : x * scale) *
+              kLog2e;
+        else
+          x = -INFINITY;
+      }
+  }
+}
+
 // Dynamic shared memory: Q [Br][D], K [Bc][D] and V [Bc][D], 16-bit each.
 template <int D, int Bc, int Warps>
 constexpr int fa2_bytes() {
@@ -224,8 +251,8 @@ __global__ void __launch_bounds__(32 * Warps)
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
       if constexpr (Masked)
-        scale_and_mask<NB, true>(s[t], false, mask, b, h, row_lo + 32 * warp + 16 * t,
-                                 j0, Sq, Sk, scale, lane);
+        mask_scores(s[t], mask, b, h, row_lo + 32 * warp + 16 * t, j0, Sq, Sk, scale,
+                    lane);
       online_softmax_exp2(s[t], acc[t], m[t], l[t], Masked ? 1.f : c);
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {

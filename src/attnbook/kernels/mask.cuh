@@ -14,18 +14,25 @@ __device__ __forceinline__ bool admitted(const MaskParams& m, int b, int i, int 
   return true;
 }
 
-// The score after masking: -inf where not admitted or where the additive mask is -inf,
-// so a masked key never contributes, whatever its dot product (NaN or inf in k
-// included); otherwise the score plus the additive mask, NaN and +inf propagating as in
-// PyTorch.
+// Where the additive mask of query i and key j lives (the next key's is bs3 further
+// on); nullptr without an additive mask.
+__device__ __forceinline__ const float* bias_at(const MaskParams& m, int b, int h, int i,
+                                                int j) {
+  return m.bias ? m.bias + b * m.bs0 + h * m.bs1 + i * m.bs2 + j * m.bs3 : nullptr;
+}
+
+// s plus an additive mask term: -inf where the term is -inf, so a masked key never
+// contributes, whatever its dot product (NaN or inf in k included); otherwise NaN and
+// +inf propagate as in PyTorch.
+__device__ __forceinline__ float add_bias(float s, float bias) {
+  return bias == -INFINITY ? -INFINITY : s + bias;
+}
+
+// The score after masking: -inf where not admitted, else with the additive mask added.
 __device__ __forceinline__ float masked_score(const MaskParams& m, float s, int b,
                                               int h, int i, int j, int Sq, int Sk) {
   if (!admitted(m, b, i, j, Sq, Sk)) return -INFINITY;
-  if (m.bias) {
-    const float bias = m.bias[b * m.bs0 + h * m.bs1 + i * m.bs2 + j * m.bs3];
-    s = bias == -INFINITY ? -INFINITY : s + bias;
-  }
-  return s;
+  return m.bias ? add_bias(s, *bias_at(m, b, h, i, j)) : s;
 }
 
 // Keys [*begin, *end) hold every key that query rows [row_lo, row_hi] of batch b may
