@@ -15,7 +15,8 @@ import tempfile
 from .compile import (KERNEL_DIR, CompileError, build_directory, cpp_extension,
                       kernel_file_name, short_error)
 
-__all__ = ["ptxas_report", "find_nvcc"]
+__all__ = ["ptxas_report", "find_nvcc", "cached_report", "nvcc_compile",
+           "demangle"]
 
 
 def find_nvcc() -> str | None:
@@ -36,22 +37,48 @@ def ptxas_report(cuda: str, arch: str = "sm_80") -> dict:
     the extension cache, keyed by the text, every header and kernel file of
     ``attnbook/kernels`` (which it may include), the architecture and nvcc's
     version."""
+    return cached_report("ptxas_reports", cuda, arch, _report)
+
+
+def cached_report(kind: str, cuda: str, arch: str, make) -> dict:
+    """``make(nvcc, cuda, arch)``, a JSON-able report of an nvcc compile, kept in the
+    extension cache's folder ``kind`` under a key of the text, every header and kernel
+    file of ``attnbook/kernels`` (which it may include), the architecture and nvcc's
+    version."""
     nvcc = find_nvcc()
     if nvcc is None:
-        raise RuntimeError("ptxas_report needs nvcc (the CUDA toolkit), which this "
-                           "machine lacks")
+        raise RuntimeError(f"{kind} need nvcc (the CUDA toolkit), which this machine "
+                           "lacks")
     key = hashlib.sha256("\0".join(
         [cuda, arch, _version(nvcc), *(p.read_text() for p in sorted(
             KERNEL_DIR.iterdir()) if p.suffix in (".cu", ".cuh", ".h"))]
     ).encode()).hexdigest()[:16]
-    cached = build_directory("ptxas_reports") / f"{key}.json"
+    cached = build_directory(kind) / f"{key}.json"
     if cached.is_file():
         return json.loads(cached.read_text())
-    report = _report(nvcc, cuda, arch)
+    report = make(nvcc, cuda, arch)
     partial = cached.with_suffix(f".{os.getpid()}")   # readers see all of it or none
     partial.write_text(json.dumps(report))
     os.replace(partial, cached)
     return report
+
+
+def nvcc_compile(nvcc: str, cuda: str, arch: str, out: str, *flags: str) -> str:
+    """Compile ``cuda`` (a kernel file's text, or a cell's) for ``arch`` into ``out``
+    as the package's builds do (-O3, C++17, the kernels' folder on the include path),
+    to an object file unless ``flags`` name another phase (``-cubin``); returns nvcc's
+    messages. Raises CompileError if it does not compile."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = pathlib.Path(tmp) / kernel_file_name(cuda)
+        src.write_text(cuda)
+        phase = [] if "-cubin" in flags else ["-c"]
+        cmd = [nvcc, *phase, f"-arch={arch}", "-O3", "-std=c++17", *flags,
+               f"-I{KERNEL_DIR}", "-o", out, str(src)]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise CompileError(f"nvcc -arch={arch} failed:\n"
+                           f"{short_error(run.stderr + run.stdout)}")
+    return run.stderr
 
 
 @functools.cache
@@ -60,21 +87,13 @@ def _version(nvcc: str) -> str:
 
 
 def _report(nvcc: str, cuda: str, arch: str) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        src = pathlib.Path(tmp) / kernel_file_name(cuda)
-        src.write_text(cuda)
-        cmd = [nvcc, "-c", f"-arch={arch}", "-O3", "-std=c++17", "-Xptxas=-v",
-               f"-I{KERNEL_DIR}", "-o", os.devnull, str(src)]
-        run = subprocess.run(cmd, capture_output=True, text=True)
-    if run.returncode != 0:
-        raise CompileError(f"nvcc -arch={arch} failed:\n"
-                           f"{short_error(run.stderr + run.stdout)}")
+    messages = nvcc_compile(nvcc, cuda, arch, os.devnull, "-Xptxas=-v")
     report, current = {}, None
-    for line in run.stderr.splitlines():
+    for line in messages.splitlines():
         m = re.search(r"(?:Compiling entry function|Function properties for) '?(\w+)'?",
                       line)
         if m:
-            current = report.setdefault(_demangle(m.group(1)), {"shared_bytes": 0})
+            current = report.setdefault(demangle(m.group(1)), {"shared_bytes": 0})
             continue
         if current is None:
             continue
@@ -89,7 +108,7 @@ def _report(nvcc: str, cuda: str, arch: str) -> dict:
     return {k: v for k, v in report.items() if "registers" in v}
 
 
-def _demangle(symbol: str) -> str:
+def demangle(symbol: str) -> str:
     filt = shutil.which("c++filt")
     if not filt or not symbol.startswith("_Z"):
         return symbol

@@ -1,0 +1,146 @@
+"""What a tensor-core kernel issues in its hottest loop, read from the machine code
+(SASS) of an nvcc build without a GPU: the instruction mix that decided the book's
+kernels' speed on the H200, where the bytes they move did not.
+
+For each kernel of a cubin (disassembled by nvdisasm), every loop is the range from a
+backward branch's target to the branch. Of the loops with at least ``min_hmma``
+tensor-core instructions, the hot loop is the one with the fewest other instructions
+per HMMA: a kernel that runs its unmasked tiles in a loop of their own is measured on
+that loop, the path that matters. Counted there: HMMA, the other instructions (NOP
+left out), LDSM, BAR, MUFU, FMNMX, WARPSYNC and local-memory accesses (LDL/STL: spills
+in the loop).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from .ptxas import cached_report, demangle, nvcc_compile
+
+__all__ = ["LoopMix", "find_nvdisasm", "hot_loops", "sass_report"]
+
+_TENSOR = ("HMMA", "HGMMA")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopMix:
+    """The instructions of one kernel's hot loop, by opcode (without modifiers)."""
+    hmma: int
+    other: int
+    opcodes: dict
+
+    def count(self, opcode: str) -> int:
+        return self.opcodes.get(opcode, 0)
+
+    @property
+    def other_per_hmma(self) -> float:
+        return self.other / self.hmma
+
+    @property
+    def ldsm_per_hmma(self) -> float:
+        return self.count("LDSM") / self.hmma
+
+    @property
+    def barriers_per_256_hmma(self) -> float:
+        return 256 * self.count("BAR") / self.hmma
+
+    @property
+    def local(self) -> int:
+        return self.count("LDL") + self.count("STL")
+
+
+def find_nvdisasm() -> str | None:
+    """nvdisasm: on PATH, beside nvcc, or from PyPI's nvidia-cuda-nvdisasm (also the
+    copy in triton); None where there is none."""
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    roots = [pathlib.Path(p) for p in sys.path if p and os.path.isdir(p)]
+    for root in roots:
+        for pattern in ("nvidia/*/bin/nvdisasm", "nvidia/cuda_nvdisasm/bin/nvdisasm",
+                        "triton/backends/nvidia/bin/nvdisasm"):
+            for cand in sorted(root.glob(pattern)):
+                if os.access(cand, os.X_OK):
+                    return str(cand)
+    return None
+
+
+_FUNCTION = re.compile(r"\s*\.text\.(\S+):")
+_LABEL = re.compile(r"(\.L_x_\d+):")
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_BRANCH = re.compile(r"\bBRA\b.*?`?\(?(\.L_x_\d+)")
+
+
+def _opcode(text: str) -> str:
+    text = re.sub(r"^@!?U?P[T\d]+\s+", "", text)   # the predicate guard
+    return text.split()[0].split(".")[0] if text else ""
+
+
+def hot_loops(sass: str, min_hmma: int = 64) -> dict:
+    """{kernel symbol: LoopMix} for nvdisasm's text of a cubin; kernels without a
+    loop of ``min_hmma`` tensor-core instructions are left out."""
+    functions: dict = {}
+    name = None
+    for line in sass.splitlines():
+        if m := _FUNCTION.match(line):
+            name = m.group(1)
+            functions[name] = ([], {}, [])   # instructions, labels, pending labels
+            continue
+        if name is None:
+            continue
+        code, labels, pending = functions[name]
+        if m := _LABEL.match(line.strip()):
+            pending.append(m.group(1))
+        elif m := _INSTRUCTION.search(line):
+            address = int(m.group(1), 16)
+            labels.update((label, address) for label in pending)
+            pending.clear()
+            code.append((address, m.group(2)))
+    loops = {}
+    for name, (code, labels, _) in functions.items():
+        best = None
+        for address, text in code:
+            m = _BRANCH.search(text)
+            target = labels.get(m.group(1)) if m else None
+            if target is None or target > address:
+                continue
+            ops = collections.Counter(_opcode(t) for a, t in code
+                                      if target <= a <= address)
+            hmma = sum(ops[o] for o in _TENSOR)
+            if hmma < min_hmma:
+                continue
+            other = sum(ops.values()) - hmma - ops["NOP"]
+            if best is None or other * best.hmma < best.other * hmma:
+                best = LoopMix(hmma, other, dict(ops))
+        if best is not None:
+            loops[name] = best
+    return loops
+
+
+def _sass(nvcc: str, cuda: str, arch: str) -> dict:
+    nvdisasm = find_nvdisasm()
+    if nvdisasm is None:
+        raise RuntimeError("the SASS card needs nvdisasm: pip install "
+                           "nvidia-cuda-nvdisasm")
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = os.path.join(tmp, "kernels.cubin")
+        nvcc_compile(nvcc, cuda, arch, cubin, "-cubin")
+        text = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True,
+                              check=True).stdout
+    return {demangle(name): dataclasses.asdict(mix)
+            for name, mix in hot_loops(text).items()}
+
+
+def sass_report(cuda: str, arch: str = "sm_80") -> dict:
+    """{kernel: LoopMix} of the hot loop of every tensor-core kernel in ``cuda``
+    compiled by nvcc for ``arch`` (no GPU needed; nvdisasm reads the cubin), cached
+    as ptxas reports are."""
+    report = cached_report("sass_reports", cuda, arch, _sass)
+    return {name: LoopMix(**mix) for name, mix in report.items()}

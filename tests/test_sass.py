@@ -1,0 +1,66 @@
+"""The SASS reader of the design cards (attnbook.toolchain.sass): which loop is hot and
+what is counted there, on nvdisasm text written here; and on a real build, where nvcc
+and nvdisasm are installed."""
+import pytest
+
+import attnbook as ab
+from attnbook.toolchain import find_nvcc
+from attnbook.toolchain.sass import LoopMix, find_nvdisasm, hot_loops, sass_report
+
+# Two kernels. k1: an outer loop (.L_x_0) around an inner one (.L_x_1) that holds all
+# 64 HMMA; the inner loop is the hot one (2 others per HMMA), the outer has more. A
+# predicated instruction counts by its opcode, NOPs not at all. k2: 8 HMMA only.
+def _kernel(name, hmma_per_block, blocks):
+    lines = [f".text.{name}:", ".L_x_0:"]
+    address = 0
+
+    def emit(text):
+        nonlocal address
+        lines.append(f"        /*{address:04x}*/                   {text} ;")
+        address += 16
+    emit("S2R R0, SR_TID.X")
+    lines.append(".L_x_1:")
+    for _ in range(blocks):
+        emit("LDSM.16.M88.4 R4, [R2]")
+        for _ in range(hmma_per_block):
+            emit("HMMA.16816.F32 R8, R4, R6, R8")
+        emit("@!P0 FMNMX R9, R9, R10, !PT")
+        emit("NOP")
+    emit("BAR.SYNC.DEFER_BLOCKING 0x0")
+    emit("@P1 BRA `(.L_x_1)")
+    emit("STL [R1], R3")
+    emit("MUFU.EX2 R4, R4")
+    emit("@P2 BRA `(.L_x_0)")
+    emit("EXIT")
+    return lines
+
+
+SASS = "\n".join(_kernel("k1", 16, 4) + _kernel("k2", 8, 1))
+
+
+def test_the_hot_loop_is_the_one_with_fewest_others_per_hmma():
+    loops = hot_loops(SASS)
+    assert set(loops) == {"k1"}                       # k2: fewer than 64 HMMA
+    mix = loops["k1"]
+    assert (mix.hmma, mix.other) == (64, 4 + 4 + 1 + 1)   # LDSM, FMNMX, BAR, BRA
+    assert mix.count("FMNMX") == 4 and mix.count("NOP") == 4
+    assert mix.ldsm_per_hmma == 4 / 64 and mix.barriers_per_256_hmma == 4.0
+    assert mix.local == 0 and mix.count("MUFU") == 0   # both outside the inner loop
+    assert set(hot_loops(SASS, min_hmma=8)) == {"k1", "k2"}
+
+
+def test_a_mix_round_trips_as_the_cache_keeps_it():
+    mix = hot_loops(SASS)["k1"]
+    import dataclasses
+    assert LoopMix(**dataclasses.asdict(mix)) == mix
+
+
+@pytest.mark.skipif(find_nvcc() is None or find_nvdisasm() is None,
+                    reason="needs nvcc and nvdisasm")
+def test_a_real_build_names_its_tensor_core_kernels():
+    """Chapter 8's build: every fp16 and bf16 instance of every step has a hot loop;
+    the vector add (no tensor cores) has none."""
+    report = sass_report(ab.kernel_source("flash_tc.cu"), "sm_80")
+    assert len(report) == 2 * (2 * 5 + 3 + 2)   # steps 1-5 at two tiles, the sweep, 6
+    assert all(mix.hmma >= 64 for mix in report.values())
+    assert sass_report(ab.kernel_source("vector_add.cu"), "sm_80") == {}
