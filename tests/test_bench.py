@@ -287,3 +287,20 @@ def test_recorded_speed_counters_name_their_gpu_and_hold_each_kernel():
                 assert kernel["time_ns"] > 0 and kernel["instructions"] > 0
                 assert 0 < kernel["issue_active_pct"] <= 100
                 assert kernel["stalls"]["selected"] == 1.0   # ncu's own unit
+
+
+def test_the_sass_anchors_cite_their_source_and_hold_figures_only():
+    """The public kernels that calibrate the card's SASS column (chapter 8): a
+    repository at a commit and where its speeds are published; per kernel and
+    architecture the hot-loop figures and a published fraction of FlashAttention-2."""
+    from attnbook.bench.cards import SASS_ARCHS
+    records = bench.load_sass_anchors()
+    assert records and len(records) == len(list(RESULTS.glob("sass_anchors/*.json")))
+    for record in records:
+        source = record["source"]
+        assert len(source["commit"]) == 40 and source["published"].startswith("http")
+        assert source["repository"].count("/") == 1 and source["gpu"]
+        for k in record["kernels"]:
+            assert k["arch"] in SASS_ARCHS and k["hmma"] >= 64
+            assert 0 < k["published_fraction_of_fa2"] <= 1.0
+            assert k["other_per_hmma"] > 0 and 0 < k["ldsm_per_hmma"] < 1

@@ -9,10 +9,13 @@ import pytest
 import attnbook as ab
 from attnbook.bench import cards
 from attnbook.toolchain import find_nvcc
+from attnbook.toolchain.sass import find_nvdisasm
 
 BUDGETS = cards.budgets()
 NEEDS_NVCC = pytest.mark.skipif(
-    find_nvcc() is None, reason="a card's ptxas figures need nvcc (CUDA toolkit)")
+    find_nvcc() is None or find_nvdisasm() is None,
+    reason="a card's ptxas and SASS figures need nvcc and nvdisasm (CUDA toolkit, "
+           "PyPI's nvidia-cuda-nvdisasm)")
 
 
 def test_every_kernel_file_of_the_package_has_a_card_and_a_budget():
@@ -103,6 +106,36 @@ def test_the_swizzled_tensor_core_steps_keep_chapter_8s_design(step):
     (kernel,) = BUDGETS[f"flash tc step {step}"]["kernels"]
     assert kernel["conflict_ways"] <= 1.0 and kernel["load_sectors"] == 16.0
     assert kernel["spill_bytes"] == 0 and kernel["stack_bytes"] == 0
+
+
+@pytest.mark.parametrize("name", ["flash tc step 6", "flash tc step 6 D=128"])
+def test_the_fa2_step_keeps_chapter_8s_instruction_budget(name):
+    """Step 6's hot loop on sm_80 and sm_90 (the budgets cannot be loosened past it):
+    at most 3 instructions beside each HMMA, 0.35 ldmatrix per HMMA and 2 barriers
+    per 256 HMMA (the figures of kernels at 95-99% of FlashAttention-2), 16-byte
+    global loads in full sectors, conflict-free ldmatrix, two blocks per SM."""
+    (kernel,) = BUDGETS[name]["kernels"]
+    assert kernel["other_per_hmma"] <= 3.0 and kernel["ldsm_per_hmma"] <= 0.35
+    assert kernel["barriers_per_256_hmma"] <= 2.0
+    assert kernel["load_sectors"] == 16.0 and kernel["conflict_ways"] <= 1.0
+    assert kernel["occupancy"] >= 0.125   # 2 blocks of 4 warps of an SM's 64
+
+
+@NEEDS_NVCC
+def test_a_tensor_core_kernel_that_issues_more_fails_its_budget():
+    card = cards.card("flash tc step 6")
+    worse = copy.deepcopy(card)
+    (kernel,) = worse.kernels
+    mix = kernel.sass["sm_90"]
+    kernel.sass["sm_90"] = type(mix)(mix.hmma, mix.other + mix.hmma,
+                                     dict(mix.opcodes, BAR=8 * mix.hmma // 256))
+    budget = BUDGETS["flash tc step 6"]
+    found = cards.over_budget(worse, budget)
+    name = "flash tc step 6: flash_tc_fa2_kernel<__half, 64, 128, 4>"
+    assert [f.split(",")[0] for f in found] == [
+        f"{name} other_per_hmma {mix.other_per_hmma + 1:g}",
+        f"{name} barriers_per_256_hmma {256 * (8 * mix.hmma // 256) / mix.hmma:g}"]
+    assert cards.over_budget(worse, budget, static=False) == []   # SASS is static
 
 
 @pytest.mark.parametrize("name", ["decode", "decode paged"])

@@ -3,7 +3,7 @@ chapter's suite (:mod:`.suites`, also ``python -m attnbook.bench 02 03 …``) an
 recorded results shipped with the package (``bench/results/<chapter>/<gpu>.json``)."""
 from . import harness, suites
 from .harness import (PEAKS, Result, Table, attention_bytes, attention_flops, bound_ms,
-                      device_peaks, load, load_counters, load_ncu, machine_record,
-                      measure, pytorch_attention, ratio, results_dir, run_or_load,
-                      save, time_cuda)
+                      device_peaks, load, load_counters, load_ncu, load_sass_anchors,
+                      machine_record, measure, pytorch_attention, ratio, results_dir,
+                      run_or_load, save, time_cuda)
 from .memory import peak_memory

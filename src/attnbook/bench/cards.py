@@ -8,6 +8,12 @@ A card puts together, for one call of an op at one shape:
 * what the emulator counts in that launch (:func:`attnbook.profile`): global bytes,
   requests, 32-byte sectors per request and bytes per request; shared-memory wavefronts
   per request and their ratio to the conflict-free count;
+* for a tensor-core kernel, the instruction mix of its hot loop in the SASS of its
+  sm_80 and sm_90 builds (:mod:`attnbook.toolchain.sass`): instructions beside each
+  HMMA, ldmatrix per HMMA, barriers per 256 HMMA, MUFU, FMNMX, WARPSYNC and spills
+  there. The H200 showed what this column predicts and the memory side did not
+  (``bench/results/counters``): a kernel that issues 13 instructions per mma runs at
+  a third of FlashAttention-2, which issues under 4;
 * a **lower bound** on the call's time on a T4, an A100 and an H100:
   max(FLOPs / peak, bytes / bandwidth), once with the least traffic the operation needs
   and once with the global bytes the kernels request. A bound, never a measurement:
@@ -38,13 +44,17 @@ from ..ops.kv_cache import kv_cache_append
 from ..ops.softmax import softmax
 from ..toolchain import occupancy, profile, ptxas_report, wrap
 from ..toolchain.compile import kernel_source
+from ..toolchain.sass import find_nvdisasm, sass_report
 from .harness import PEAKS, attention_bytes, attention_flops
 
 __all__ = ["Spec", "Card", "design_card", "SPECS", "card", "ARCHS", "DEVICES",
            "measures", "over_budget", "budgets", "budget_toml", "BUDGETS",
-           "lower_bound_us", "summary", "compact"]
+           "lower_bound_us", "summary", "compact", "hot_loops", "SASS_ARCHS"]
 
 ARCHS = ("sm_75", "sm_80", "sm_90")
+# The architectures whose tensor-core SASS the card reads: sm_75 splits each m16n8k16
+# into two m16n8k8, so its counts per HMMA are not comparable.
+SASS_ARCHS = ("sm_80", "sm_90")
 # The devices the bounds are for, with the harness's datasheet peaks (A100: 40 GB;
 # H100: SXM5).
 DEVICES = {name: dict(PEAKS)[name] for name in ("T4", "A100", "H100")}
@@ -78,6 +88,7 @@ class KernelCard:
     dynamic_shared: int
     static: dict       # arch -> ptxas's numbers, occupancy and what bounds it
     memory: dict       # "global load" ... -> requests, bytes, per-request figures
+    sass: dict = dataclasses.field(default_factory=dict)   # arch -> its hot LoopMix
 
     @property
     def short_name(self) -> str:
@@ -136,6 +147,13 @@ class Card:
                             f"{m['conflict_ways']:.1f}x conflict-free")
                 out.append(f"    {what}: {m['requests']} req, {m['bytes']} B, "
                            f"{m['bytes_per_request']:.0f} B/req, {per}")
+            for arch, mix in k.sass.items():
+                out.append(f"    {arch} hot loop: {mix.hmma} HMMA, "
+                           f"{mix.other_per_hmma:.2f} other/HMMA, "
+                           f"{mix.ldsm_per_hmma:.2f} LDSM/HMMA, "
+                           f"{mix.barriers_per_256_hmma:.1f} BAR/256 HMMA, MUFU "
+                           f"{mix.count('MUFU')}, FMNMX {mix.count('FMNMX')}, "
+                           f"WARPSYNC {mix.count('WARPSYNC')}, local {mix.local}")
         out.append("  lower bound (least bytes / counted bytes): " + ", ".join(
             f"{d} {a:.2f} / {b:.2f} µs" for d, (a, b) in self.bounds_us.items()))
         return wrap("\n".join(out))
@@ -181,12 +199,15 @@ def _memory(launch) -> dict:
 
 def design_card(spec: Spec) -> Card:
     """The card of ``spec``: its run under the emulator's profile and ptxas for every
-    architecture of :data:`ARCHS` (nvcc needed, no GPU)."""
+    architecture of :data:`ARCHS` (nvcc needed, no GPU); for a tensor-core kernel, its
+    SASS for :data:`SASS_ARCHS` where nvdisasm is installed."""
     args = spec.prepare()
     with profile() as report:
         spec.run(*args)
     text = kernel_source(spec.source)
     static = {arch: ptxas_report(text, arch) for arch in ARCHS}
+    loops = ({arch: sass_report(text, arch) for arch in SASS_ARCHS}
+             if spec.tensor_cores and find_nvdisasm() else {})
     kernels = []
     names = spec.kernels or ("",) * len(report.launches)
     if len(names) != len(report.launches):
@@ -202,8 +223,9 @@ def design_card(spec: Spec) -> Card:
                             threads, arch)
             per_arch[arch] = dict(st, occupancy=occ["occupancy"], blocks=occ["blocks"],
                                   bound_by=occ["bound_by"])
+        sass = {arch: loops[arch][name] for arch in loops if name in loops[arch]}
         kernels.append(KernelCard(name, launch.grid, launch.block, launch.shared_bytes,
-                                  per_arch, _memory(launch)))
+                                  per_arch, _memory(launch), sass))
     card = Card(spec, kernels, {})
     card.bounds_us = {device: tuple(lower_bound_us(spec.flops, nbytes, device,
                                                    spec.tensor_cores)
@@ -279,6 +301,22 @@ def compact(cards, arch: str = "sm_80") -> str:
                     f"{st['occupancy']:10.1%}{fmas:>8}"
                     f"{k.memory['global load']['sectors_per_request']:11.1f}"
                     + (f"{ways:10.1f}" if ways else f"{'–':>10}"))
+    return "\n".join(rows)
+
+
+def hot_loops(cards, arch: str = "sm_90") -> str:
+    """A narrow text table of the tensor-core kernels of ``cards``: their hot loop in
+    ``arch``'s SASS, a row per kernel (HMMA there, other instructions, ldmatrix and
+    barriers per HMMA, MUFU, FMNMX and WARPSYNC counts, local-memory accesses)."""
+    named = [(c.spec.name, k.sass[arch]) for c in cards for k in c.kernels
+             if arch in k.sass]
+    width = max([24] + [len(name) + 1 for name, _ in named])
+    rows = [f"{arch:{width}s}{'HMMA':>5}{'other/HMMA':>11}{'LDSM/HMMA':>10}"
+            f"{'BAR/256':>8}{'MUFU':>5}{'FMNMX':>6}{'WARPSYNC':>9}{'local':>6}"]
+    rows += [f"{name:{width}s}{m.hmma:5d}{m.other_per_hmma:11.2f}"
+             f"{m.ldsm_per_hmma:10.2f}{m.barriers_per_256_hmma:8.1f}"
+             f"{m.count('MUFU'):5d}{m.count('FMNMX'):6d}{m.count('WARPSYNC'):9d}"
+             f"{m.local:6d}" for name, m in named]
     return "\n".join(rows)
 
 
@@ -382,7 +420,8 @@ _TC_KERNELS = {
     2: "flash_tc_smem_p_kernel<__half, 64, 64, 4, LdmatrixFragments<false> >",
     3: "flash_tc_smem_p_kernel<__half, 64, 64, 4, LdmatrixFragments<true> >",
     4: "flash_tc_pipeline_kernel<__half, 64, 64, 4, false>",
-    5: "flash_tc_pipeline_kernel<__half, 64, 64, 4, true>"}
+    5: "flash_tc_pipeline_kernel<__half, 64, 64, 4, true>",
+    6: "flash_tc_fa2_kernel<__half, 64, 128, 4>"}
 _TILED = ("gemm_regblock<true, true>", "", "", "gemm_regblock<false, true>")
 _FWD = dict(flops=attention_flops(B, H, S, S, D),
             min_bytes=attention_bytes(B, H, S, S, D))
@@ -418,7 +457,13 @@ SPECS = [
            lambda step=step: flash_attention_tc(*_attention(torch.float16), step=step),
            flops=_FWD["flops"], min_bytes=_FWD["min_bytes"] / 2, tensor_cores=True,
            kernels=(_TC_KERNELS[step],))
-      for step in (1, 2, 3, 4, 5)),
+      for step in (1, 2, 3, 4, 5, 6)),
+    Spec("flash tc step 6 D=128", "8", _SHAPE.replace(f"D={D}", "D=128") + " fp16",
+         "flash_tc.cu",
+         lambda: flash_attention_tc(*_attention(torch.float16, 128), step=6),
+         flops=attention_flops(B, H, S, S, 128),
+         min_bytes=attention_bytes(B, H, S, S, 128, itemsize=2), tensor_cores=True,
+         kernels=("flash_tc_fa2_kernel<__half, 128, 64, 4>",)),
     Spec("kv-cache append", "9", "B=2 Hkv=2 D=128 fp16, one token", "kv_cache.cu",
          _append_run, flops=0.0, min_bytes=2 * 2.0 * 2 * 2 * 128 * 2,
          kernels=("kv_cache_append_kernel<unsigned short>",)),
@@ -443,7 +488,9 @@ def card(name: str) -> Card:
 
 # ---- budgets: what each card may not exceed (bench/budgets.toml) -------------------
 BUDGETS = pathlib.Path(__file__).resolve().parent / "budgets.toml"
-STATIC = ("registers", "spill_bytes", "stack_bytes", "occupancy")
+SASS_MEASURES = ("other_per_hmma", "ldsm_per_hmma", "barriers_per_256_hmma",
+                 "hot_loop_local")
+STATIC = ("registers", "spill_bytes", "stack_bytes", "occupancy", *SASS_MEASURES)
 
 
 def measures(card: Card) -> dict:
@@ -451,9 +498,17 @@ def measures(card: Card) -> dict:
     least), the FMAs per shared load (where there are shared loads), and per kernel
     (launch order) the most registers, spill bytes (stores and loads) and stack over
     :data:`ARCHS`, the least occupancy, global sectors per load and store request, and
-    shared wavefronts over the conflict-free count."""
+    shared wavefronts over the conflict-free count; for a kernel with a tensor-core hot
+    loop, the most over :data:`SASS_ARCHS` of its other instructions, ldmatrix and
+    barriers per HMMA and its local-memory accesses there."""
     def per_kernel(k):
         st = k.static.values()
+        loops = k.sass.values()
+        sass = dict(other_per_hmma=max(m.other_per_hmma for m in loops),
+                    ldsm_per_hmma=max(m.ldsm_per_hmma for m in loops),
+                    barriers_per_256_hmma=max(m.barriers_per_256_hmma
+                                              for m in loops),
+                    hot_loop_local=max(m.local for m in loops)) if loops else {}
         return dict(
             registers=max(s["registers"] for s in st),
             spill_bytes=max(s["spill_stores"] + s["spill_loads"] for s in st),
@@ -462,7 +517,7 @@ def measures(card: Card) -> dict:
             load_sectors=k.memory["global load"]["sectors_per_request"],
             store_sectors=k.memory["global store"]["sectors_per_request"],
             conflict_ways=max(k.memory[f"shared {op}"]["conflict_ways"]
-                              for op in ("load", "store")))
+                              for op in ("load", "store")), **sass)
     out = dict(traffic=card.traffic)
     if card.fmas_per_shared_load is not None:
         out["fmas_per_shared_load"] = card.fmas_per_shared_load
@@ -471,9 +526,8 @@ def measures(card: Card) -> dict:
 
 def over_budget(card: Card, budget: dict, static: bool = True) -> list[str]:
     """Each figure of ``card`` beyond ``budget`` (occupancy and FMAs per shared load:
-    below it), as a sentence
-    naming the card, the kernel and both numbers; the ptxas figures only if
-    ``static``."""
+    below it), as a sentence naming the card, the kernel and both numbers; the ptxas
+    and SASS figures only if ``static`` (the SASS only where nvdisasm is)."""
     have, out = measures(card), []
     name = card.spec.name
     if have["traffic"] > budget["traffic"] + 1e-9:
@@ -483,9 +537,13 @@ def over_budget(card: Card, budget: dict, static: bool = True) -> list[str]:
     if floor is not None and have.get("fmas_per_shared_load", 0.0) < floor - 1e-9:
         out.append(f"{name}: {have.get('fmas_per_shared_load', 0.0):.3f} FMAs per "
                    f"shared load, budget {floor}")
+    sass = static and find_nvdisasm() is not None
     for kernel, got, want in zip(card.kernels, have["kernels"], budget["kernels"]):
+        if sass and "other_per_hmma" in want and "other_per_hmma" not in got:
+            out.append(f"{name}: {kernel.short_name} has no hot loop of tensor-core "
+                       "instructions")
         for key, limit in want.items():
-            if key in STATIC and not static:
+            if key in STATIC and not static or key not in got:
                 continue
             worse = got[key] < limit - 1e-9 if key == "occupancy" else \
                 got[key] > limit + 1e-9

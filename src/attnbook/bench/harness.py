@@ -25,8 +25,8 @@ from ..toolchain.text import wrap
 
 __all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_bytes",
            "pytorch_attention", "Result", "Table", "machine_record", "measure", "save",
-           "load", "load_ncu", "load_counters", "results_dir", "run_or_load", "ratio",
-           "bound_ms"]
+           "load", "load_ncu", "load_counters", "load_sass_anchors", "results_dir",
+           "run_or_load", "ratio", "bound_ms"]
 
 # Datasheet peaks: fp32 on CUDA cores (TFLOP/s), dense fp16 on tensor cores (TFLOP/s),
 # and DRAM bandwidth (GB/s). Matched against torch's device name in this order
@@ -323,6 +323,15 @@ def load_counters() -> list:
     ``date``, ``device`` and ``launches`` (name -> its shape, FLOPs, least bytes and
     kernels, each kernel a dict of counters)."""
     return _records("counters")
+
+
+def load_sass_anchors() -> list:
+    """Public kernels as calibration of the design card's SASS column: per source
+    (newest first) its repository, commit and where its speeds are published, and per
+    kernel and architecture the hot-loop figures of :mod:`attnbook.toolchain.sass`
+    (compiled here; figures only, no code) beside its published fraction of
+    FlashAttention-2's speed."""
+    return _records("sass_anchors")
 
 
 def run_or_load(chapter: str, suite):

@@ -8,7 +8,7 @@ from ..reference import masks
 
 __all__ = ["draw_mask", "panel_grid", "mask_panels", "mask_gallery", "plot_metric",
            "plot_times", "plot_pct_peak", "plot_memory", "plot_speedups", "plot_sweep",
-           "plot_losses"]
+           "plot_losses", "plot_sass_calibration"]
 
 # (title, Sq, Sk, rules) of each panel of the gallery of mask kinds.
 GALLERY = [
@@ -166,4 +166,29 @@ def plot_losses(curves: dict, ax=None):
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy loss")
     ax.legend()
+    return ax
+
+
+def plot_sass_calibration(anchors: dict, marks: dict, arch: str = "sm_80", ax=None):
+    """Each kernel of ``anchors`` (a record of :func:`attnbook.bench.load_sass_anchors`)
+    at its other instructions per HMMA in the hot loop (``arch``'s SASS) against its
+    published fraction of FlashAttention-2's speed, numbered; ``marks`` (label ->
+    other instructions per HMMA) as vertical lines."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 3.6))
+    rows = [k for k in anchors["kernels"] if k["arch"] == arch]
+    x = [k["other_per_hmma"] for k in rows]
+    y = [100 * k["published_fraction_of_fa2"] for k in rows]
+    ax.scatter(x, y, s=18, color="C0", zorder=3,
+               label=f"{anchors['source']['repository']} ({anchors['source']['gpu']})")
+    for k, xi, yi in zip(rows, x, y):
+        ax.annotate(k["name"].split()[-1], (xi, yi), textcoords="offset points",
+                    xytext=(4, -3), fontsize=7)
+    for i, (label, value) in enumerate(marks.items()):
+        ax.axvline(value, color=f"C{i + 1}", linestyle="--", label=label)
+    ax.set_xlim(min(x + list(marks.values())) - 0.2, max(x) + 0.2)
+    ax.set_xlabel(f"other instructions per HMMA in the hot loop ({arch})")
+    ax.set_ylabel("% of FlashAttention-2 (published)")
+    ax.legend(fontsize=8, loc="lower left")
+    ax.grid(alpha=0.3)
     return ax

@@ -60,7 +60,8 @@ KEPT = {"time_ns": "gpu__time_duration.sum",
         "l1_hit_pct": "l1tex__t_sector_hit_rate.pct",
         "l2_hit_pct": "lts__t_sector_hit_rate.pct",
         "dram_pct": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-        "dram_read_bytes": "dram__bytes_read.sum"}
+        "dram_read_bytes": "dram__bytes_read.sum",
+        "spill_instructions": "sass__inst_executed_register_spilling"}
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio")
 FORWARD = dict(b=8, h=16, s=4096, d=128)
 DECODE = dict(b=16, length=32768)
@@ -110,7 +111,7 @@ def _decode(name):
 
 LAUNCHES = {
     **{f"forward {n}": (lambda n=n: _forward(n))
-       for n in ("step 3", "step 4", "step 5", "sdpa flash", "sdpa cudnn")},
+       for n in ("step 3", "step 4", "step 5", "step 6", "sdpa flash", "sdpa cudnn")},
     **{f"decode {n}": (lambda n=n: _decode(n)) for n in ("split-K", "no split",
                                                           "sdpa")},
 }
