@@ -26,7 +26,7 @@ from ..toolchain.text import wrap
 __all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_bytes",
            "pytorch_attention", "Result", "Table", "machine_record", "measure", "save",
            "load", "load_ncu", "load_counters", "load_sass_anchors", "results_dir",
-           "run_or_load", "ratio", "bound_ms"]
+           "results_file", "run_or_load", "ratio", "bound_ms"]
 
 # Datasheet peaks: fp32 on CUDA cores (TFLOP/s), dense fp16 on tensor cores (TFLOP/s),
 # and DRAM bandwidth (GB/s). Matched against torch's device name in this order
@@ -276,8 +276,11 @@ def results_dir() -> pathlib.Path:
     return pathlib.Path(__file__).resolve().parent / "results"
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+def results_file(kind: str, gpu: str) -> pathlib.Path:
+    """Where the record of ``kind`` (a chapter, "counters", …) for the GPU named
+    ``gpu`` lives: ``results_dir()/<kind>/<gpu, letters and digits>.json``."""
+    return results_dir() / kind / (re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_")
+                                   + ".json")
 
 
 def save(result: Result) -> pathlib.Path:
@@ -286,7 +289,7 @@ def save(result: Result) -> pathlib.Path:
     _require_gpu("saving benchmark results")
     if result.machine.get("gpu") != torch.cuda.get_device_name():
         raise ValueError("a result is saved only by the machine that measured it")
-    path = results_dir() / result.chapter / f"{_slug(result.machine['gpu'])}.json"
+    path = results_file(result.chapter, result.machine["gpu"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(result), indent=1, sort_keys=True) + "\n")
     return path

@@ -179,7 +179,7 @@ def _work(name: str) -> dict:
 def record(folder: pathlib.Path) -> pathlib.Path:
     """Read the launches' csv files in ``folder`` into the package's record of this
     GPU (see the module's docstring); returns the file written."""
-    from ..bench.harness import _slug, results_dir
+    from ..bench.harness import results_file
     environment = folder.parent / "check" / "environment.json"
     if not environment.exists():
         raise FileNotFoundError(f"{environment}: the run's check stage names the GPU")
@@ -193,7 +193,7 @@ def record(folder: pathlib.Path) -> pathlib.Path:
     if not launches:
         raise FileNotFoundError(f"no launch's csv file in {folder}")
     date = datetime.date.fromtimestamp(min(measured)).isoformat()
-    out = results_dir() / "counters" / f"{_slug(device['gpu'])}.json"
+    out = results_file("counters", device["gpu"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(date=date, device=device, command=(
         "python -m attnbook.gpu.counters --out DIR; ... --record DIR"),

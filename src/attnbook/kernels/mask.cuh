@@ -16,8 +16,8 @@ __device__ __forceinline__ bool admitted(const MaskParams& m, int b, int i, int 
 
 // Where the additive mask of query i and key j lives (the next key's is bs3 further
 // on); nullptr without an additive mask.
-__device__ __forceinline__ const float* bias_at(const MaskParams& m, int b, int h, int i,
-                                                int j) {
+__device__ __forceinline__ const float* bias_at(const MaskParams& m, int b, int h,
+                                                int i, int j) {
   return m.bias ? m.bias + b * m.bs0 + h * m.bs1 + i * m.bs2 + j * m.bs3 : nullptr;
 }
 
