@@ -198,23 +198,31 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
 def _check_pages(block_table, lengths, new_keys, block_size, num_pages):
     """The block table as contiguous int32, after checking every entry a kernel will
     use: those that hold a sequence's keys, old and new. No page may receive new tokens
-    of two sequences (or twice for one): those writes would race."""
-    table = block_table.cpu()
-    written = {}
-    for b, n in enumerate(lengths):
-        used = -(-(n + new_keys) // block_size)
-        for j, page in enumerate(table[b, :used].tolist()):
-            if not 0 <= page < num_pages:
-                raise ValueError(f"block_table[{b}, {j}] = {page} is outside the pool "
-                                 f"of {num_pages} pages")
-        for pos in range(n, n + new_keys):
-            page = int(table[b, pos // block_size])
-            key = (page, pos % block_size)
-            if key in written:
-                raise ValueError(f"page {page} slot {pos % block_size} would receive "
-                                 f"two new tokens (sequences {written[key]} and {b}): "
-                                 "the pages written in one call must not be shared")
-            written[key] = b
+    of two sequences (or twice for one): those writes would race. One copy to the host
+    and tensor operations, whatever the number of tokens (a prefill appends thousands
+    per layer)."""
+    table = block_table.cpu().long()
+    n = torch.tensor(lengths, dtype=torch.long)
+    used = (n + new_keys + block_size - 1) // block_size
+    in_use = torch.arange(table.shape[1])[None, :] < used[:, None]
+    bad = (in_use & ((table < 0) | (table >= num_pages))).nonzero()
+    if len(bad):
+        b, j = bad[0].tolist()
+        raise ValueError(f"block_table[{b}, {j}] = {int(table[b, j])} is outside the "
+                         f"pool of {num_pages} pages")
+    if new_keys:
+        pos = n[:, None] + torch.arange(new_keys)[None, :]        # [B, new] positions
+        slot = (table.gather(1, pos // block_size) * block_size
+                + pos % block_size).flatten()                      # (page, slot) as one
+        slot, order = slot.sort(stable=True)                       # writers in call order
+        twice = (slot[1:] == slot[:-1]).nonzero().flatten()
+        if len(twice):   # the first second writer, as a loop over (b, pos) meets it
+            i = int(twice[order[twice + 1].argmin()])
+            first, second = (int(order[i]) // new_keys, int(order[i + 1]) // new_keys)
+            page, where = divmod(int(slot[i]), block_size)
+            raise ValueError(f"page {page} slot {where} would receive two new tokens "
+                             f"(sequences {first} and {second}): the pages written in "
+                             "one call must not be shared")
     # Entries past a sequence's pages are never read: clamped, they narrow safely.
     return table.clamp(-1, num_pages).to(torch.int32).contiguous().to(
         block_table.device)
