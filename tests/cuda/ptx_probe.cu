@@ -251,6 +251,26 @@ __global__ void b128_probe(const uint64_t* in, uint64_t* out) {
                "  st.global.b128 [%1], t; }\n" :: "l"(src), "l"(dst) : "memory");
 }
 
+// Shared addresses are the object's, whatever was converted first: one thread converts
+// a pointer `first` bytes into the dynamic shared memory, then its start and a point
+// 16 KiB in; then writes through an address XOR-ed as a swizzle would (the start's
+// address is aligned, so (start + 1024) ^ 64 is byte 1024 ^ 64 of the memory) and
+// reads the word back through a pointer. A static __shared__ array converted from its
+// middle first keeps its start at offset 0 of its own window too.
+__global__ void shared_address_probe(uint32_t* out, int first) {
+  extern __shared__ __align__(1024) unsigned char dyn[];
+  __shared__ uint32_t words[64];
+  if (threadIdx.x != 0) return;
+  out[0] = uint32_t(__cvta_generic_to_shared(dyn + first));
+  out[1] = uint32_t(__cvta_generic_to_shared(dyn));
+  out[2] = uint32_t(__cvta_generic_to_shared(dyn + 16384));
+  const uint32_t swizzled = (out[1] + 1024) ^ 64;
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(swizzled), "r"(12345u) : "memory");
+  out[3] = *reinterpret_cast<uint32_t*>(dyn + (1024 ^ 64));
+  out[4] = uint32_t(__cvta_generic_to_shared(words + first % 64));
+  out[5] = uint32_t(__cvta_generic_to_shared(words));
+}
+
 void launch(const char* w, void* p0, void* p1, void* p2, void* p3, int a0) {
   auto u = [](void* p) { return static_cast<uint32_t*>(p); };
   auto f = [](void* p) { return static_cast<float*>(p); };
@@ -269,6 +289,8 @@ void launch(const char* w, void* p0, void* p1, void* p2, void* p3, int a0) {
                                               static_cast<int*>(p1));
   else if (k == "named_barriers") named_barriers<<<1, 96>>>(f(p0), f(p1), a0);
   else if (k == "named_barrier_race") named_barrier_race<<<1, 96>>>(f(p0), f(p1));
+  else if (k == "shared_addresses")
+    shared_address_probe<<<1, 32, 32 * 1024>>>(u(p0), a0);
   else if (k == "b128") b128_probe<<<1, 32>>>(static_cast<const uint64_t*>(p0),
                                              static_cast<uint64_t*>(p1));
 }

@@ -72,6 +72,22 @@ def test_cp_async_groups_zero_fill_and_waits(ext, src_bytes):
     assert out[256:].isnan().all()                       # the second group, not waited
 
 
+def test_shared_addresses_belong_to_the_object_not_the_first_pointer(ext):
+    """A pointer into the middle of shared memory converted first (in this launch or
+    an earlier one) once became its window's base: the memory's start then had another
+    window, and an address swizzled by XOR landed on other bytes (a learner's
+    matmul passed alone and was 92% wrong after another kernel ran)."""
+    for first in (17408, 0, 3000):
+        out = torch.zeros(8, dtype=torch.int32)
+        ext.run("shared_addresses", [out], first)
+        start = int(out[1])
+        assert start % (1 << 18) == 0                      # the window's own start
+        assert int(out[0]) - start == first and int(out[2]) - start == 16384
+        assert int(out[3]) == 12345                        # the swizzled store landed
+        assert int(out[4]) - int(out[5]) == 4 * (first % 64)
+        assert int(out[5]) % (1 << 18) == 0
+
+
 def test_small_instructions(ext):
     x = torch.arange(128, dtype=torch.float32)
     out = torch.zeros(32, 8)

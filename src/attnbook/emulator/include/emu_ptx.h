@@ -49,8 +49,12 @@ inline void put(T& dst, V v) {
 
 // ---- the shared state space: 32-bit addresses ---------------------------------------
 // A shared address is a window number (the high bits) and an offset into the window. A
-// window is 256 KiB of this worker's memory starting where the first pointer converted
-// into it points: the dynamic shared memory, a static __shared__ array.
+// window is 256 KiB of this worker's memory starting at the start of a shared object:
+// window 0 is the dynamic shared memory (so its address 0, like a GPU's, is aligned to
+// any power of two a swizzle may XOR into), the next ones each static __shared__
+// variable converted, in order. Windows are the object's, not the first pointer's: a
+// pointer into the middle of an object converted first (a swizzled tile), in this
+// launch or an earlier one, yields the same addresses as its start would.
 constexpr int kWindowBits = 18;
 inline std::vector<uintptr_t>& windows() {
   static thread_local std::vector<uintptr_t> w;
@@ -59,16 +63,25 @@ inline std::vector<uintptr_t>& windows() {
 // Its bookkeeping is the emulator's own (EmulatorCode: not the kernel's accesses to
 // its shared memory, in the checked build).
 inline uint32_t to_shared(const void* p) {
-  EmulatorCode guard(rt());
+  Runtime& r = rt();
+  EmulatorCode guard(r);
   auto a = reinterpret_cast<uintptr_t>(p);
   auto& w = windows();
+  const auto dynamic = reinterpret_cast<uintptr_t>(r.dynamic_smem);
+  if (w.empty()) w.push_back(dynamic);
+  uintptr_t base = 0;   // the shared object p points into, if the emulator knows it
+  if (a - dynamic < kDynamicSmemBytes) base = dynamic;
+  for (auto& v : r.static_smem) {
+    const auto start = reinterpret_cast<uintptr_t>(v.addr);
+    if (!base && a - start < v.bytes) base = start;
+  }
   for (size_t i = 0; i < w.size(); ++i)
-    if (a >= w[i] && a - w[i] < (uintptr_t(1) << kWindowBits))
+    if (base ? w[i] == base : a - w[i] < (uintptr_t(1) << kWindowBits))
       return uint32_t(i << kWindowBits | (a - w[i]));
   if (w.size() >= (size_t(1) << (32 - kWindowBits)))
     fail("inline PTX: too many distinct shared-memory objects converted to addresses");
-  w.push_back(a);
-  return uint32_t((w.size() - 1) << kWindowBits);
+  w.push_back(base ? base : a);
+  return uint32_t((w.size() - 1) << kWindowBits | (a - w.back()));
 }
 inline void* from_shared(uint64_t address) {
   EmulatorCode guard(rt());
