@@ -214,7 +214,7 @@ def _check_pages(block_table, lengths, new_keys, block_size, num_pages):
         pos = n[:, None] + torch.arange(new_keys)[None, :]        # [B, new] positions
         slot = (table.gather(1, pos // block_size) * block_size
                 + pos % block_size).flatten()                      # (page, slot) as one
-        slot, order = slot.sort(stable=True)                       # writers in call order
+        slot, order = slot.sort(stable=True)   # stable: writers of a slot in call order
         twice = (slot[1:] == slot[:-1]).nonzero().flatten()
         if len(twice):   # the first second writer, as a loop over (b, pos) meets it
             i = int(twice[order[twice + 1].argmin()])
