@@ -46,9 +46,15 @@ and ``file:line``, and the next launch works (x86-64 Linux). A thread's stack is
 and 64 KiB for the emulator's own frames. While a kernel runs, the
 GIL is released, so Python's other threads run (a timer's SIGINT, Jupyter's output).
 
+Python threads may call kernels at once, of one extension or of several. An
+extension's launches take turns (each uses every worker; as on one CUDA stream); each
+call gets its own results and its own errors.
+
 Inside :func:`attnbook.sanitize` (memcheck, racecheck) and :func:`attnbook.profile`,
 launches run a checked build of the same text instead (see
-:mod:`attnbook.emulator.sanitizer`).
+:mod:`attnbook.emulator.sanitizer`). Like compute-sanitizer, these cover the process:
+inside the block, every Python thread's launches are checked or counted, one call at a
+time.
 """
 from __future__ import annotations
 

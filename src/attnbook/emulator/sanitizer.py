@@ -74,6 +74,7 @@ import pathlib
 import re
 import subprocess
 import textwrap
+import threading
 import warnings
 
 import torch
@@ -231,6 +232,10 @@ def resolve(message: str, path: str) -> tuple[str, list[str]]:
 
 
 _libraries: dict[str, ctypes.CDLL] = {}
+# A checked call's session (what its kernels may touch, what they counted) is its
+# library's, from begin to end: calls from several Python threads take turns. They
+# lose nothing by it: a checked launch keeps the GIL.
+_one_call = threading.RLock()
 
 
 def _entry_points(path: str) -> ctypes.CDLL:
@@ -268,19 +273,20 @@ def run_checked(module, name: str, checks: int, args, kwargs):
     path = module.__file__
     lib = _entry_points(path)
     spans = _storage_spans([*args, *kwargs.values()])
-    lib.attnbook_checked_begin(checks, (ctypes.c_int64 * len(spans))(*spans),
-                               len(spans))
-    try:
-        result = getattr(module, name)(*args, **kwargs)
-    except RuntimeError as e:
-        text = str(e)
-        if "memcheck: " in text:
-            raise MemcheckError(resolve(text, path)[0]) from None
-        if "racecheck: " in text:
-            raise RaceError(*resolve(text, path)) from None
-        raise
-    finally:
-        launches, names, counts = _checked_end(lib)
+    with _one_call:
+        lib.attnbook_checked_begin(checks, (ctypes.c_int64 * len(spans))(*spans),
+                                   len(spans))
+        try:
+            result = getattr(module, name)(*args, **kwargs)
+        except RuntimeError as e:
+            text = str(e)
+            if "memcheck: " in text:
+                raise MemcheckError(resolve(text, path)[0]) from None
+            if "racecheck: " in text:
+                raise RaceError(*resolve(text, path)) from None
+            raise
+        finally:
+            launches, names, counts = _checked_end(lib)
     if checks & PROFILE:
         profiled = _launch_profiles(path, launches, names, counts)
         for report in _reports:

@@ -296,6 +296,10 @@ struct GilReleased {
 
 inline void launch(Job& job) {
   Pool& p = pool();
+  // The GIL goes before a launch waits for another: a thread holding it while waiting
+  // here would keep the running launch from taking it back (two Python threads
+  // calling kernels would wait for each other for ever).
+  GilReleased released;
   std::lock_guard<std::mutex> one_launch(p.launching);
   int helpers = int(std::min<uint64_t>(uint64_t(workers_from_env()), job.nblocks)) - 1;
   job.budget_ns = budget_from_env();
@@ -304,7 +308,6 @@ inline void launch(Job& job) {
   for (int i = 0; i < job.max_tids; ++i) job.tids[i].store(pthread_t());
   job.start = std::chrono::steady_clock::now();
   Watched watched(job);
-  GilReleased released;
   on_launch(job);
   if (helpers > 0) {
     std::lock_guard<std::mutex> lock(p.m);
