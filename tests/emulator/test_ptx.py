@@ -9,6 +9,7 @@ import torch
 import attnbook as ab
 from attnbook.reference import fragments as ptx
 from attnbook.emulator import ptx as ptx_transform
+from attnbook.toolchain.compile import FMA_FLAGS, fmad_off
 from fragment_cases import check_ldmatrix, gather_c, mma_case
 
 HERE = pathlib.Path(__file__).parents[1] / "cuda"
@@ -86,6 +87,35 @@ def test_shared_addresses_belong_to_the_object_not_the_first_pointer(ext):
         assert int(out[3]) == 12345                        # the swizzled store landed
         assert int(out[4]) - int(out[5]) == 4 * (first % 64)
         assert int(out[5]) % (1 << 18) == 0
+
+
+def _fma_case():
+    """a = b = 1 + 2^-12, c = -(1 + 2^-11): a·b rounded to float is 1 + 2^-11 (the
+    2^-24 it loses is half an ulp, rounded to even), so a separate multiply and add
+    gives 0; one fused multiply-add keeps it: 2^-24."""
+    a = torch.full((32,), 1 + 2.0 ** -12)
+    return a, a.clone(), torch.full((32,), -(1 + 2.0 ** -11)), torch.zeros(32)
+
+
+@pytest.mark.skipif(not FMA_FLAGS, reason="this CPU has no fused multiply-add")
+def test_a_times_b_plus_c_is_one_fma_as_nvcc_compiles_it(ext):
+    """nvcc contracts a·b + c into FFMA unless told --fmad=false; so does the
+    emulator's build (learners' SIMT matmuls failed their own tolerance without)."""
+    a, b, c, out = _fma_case()
+    ext.run("fma", [a, b, c, out], 0)
+    assert (out == 2.0 ** -24).all()
+    unfused = ab.compile("ptx_probe_unfused", (HERE / "ptx_probe.cu").read_text(),
+                         (HERE / "ptx_probe_wrapper.cpp").read_text(), ["run"],
+                         backend="emulator", extra_cflags=["-ffp-contract=off"])
+    unfused.run("fma", [a, b, c, out], 0)
+    assert (out == 0).all()
+
+
+def test_nvccs_fmad_false_turns_contraction_off():
+    for flags in (["--fmad=false"], ["-O3", "-fmad=false"], ["--fmad", "false"]):
+        assert fmad_off(flags) == ["-ffp-contract=off"]
+    for flags in ([], ["--fmad=true"], ["-O3"], ["--use_fast_math"]):
+        assert fmad_off(flags) == []
 
 
 def test_small_instructions(ext):

@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 import pathlib
+import platform
 import re
 import subprocess
 import sys
@@ -50,9 +51,36 @@ BACKENDS = ("cuda", "emulator")
 MAX_LOCAL_BYTES = 512 * 1024
 # -std=c++20 after torch's own -std (c++17 before torch 2.12): one language for the
 # kernels on every torch, and one precompiled header (precompiled_header) per flag set.
+def _fma_flags() -> list[str]:
+    """nvcc contracts a·b + c into one fused multiply-add (FFMA, a single rounding) by
+    default (--fmad=true); the host compiler does the same where the CPU has FMA: every
+    aarch64, an x86-64 whose /proc/cpuinfo lists fma. Elsewhere the emulator rounds the
+    product and the sum apart, as nvcc --fmad=false does."""
+    machine = platform.machine().lower()
+    if machine in ("aarch64", "arm64"):
+        return ["-ffp-contract=fast"]
+    try:
+        cpu = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    has_fma = re.search(r"^flags\s*:.*\bfma\b", cpu, re.M)
+    return ["-mfma", "-ffp-contract=fast"] if machine in ("x86_64", "amd64") and \
+        has_fma else []
+
+
+FMA_FLAGS = _fma_flags()
 CPU_FLAGS = ["-std=c++20", "-O2", "-fno-strict-aliasing", "-fvisibility=hidden", "-g1",
              "-fstack-clash-protection", f"-Werror=frame-larger-than={MAX_LOCAL_BYTES}",
-             "-DATTNBOOK_EMULATOR"]
+             *FMA_FLAGS, "-DATTNBOOK_EMULATOR"]
+
+
+def fmad_off(cuda_flags) -> list[str]:
+    """The host compiler's flag for nvcc's ``--fmad=false`` among ``cuda_flags``: no
+    contraction (later flags win); none otherwise."""
+    flags = [str(f) for f in cuda_flags]
+    off = any(f in ("--fmad=false", "-fmad=false") for f in flags) or any(
+        a in ("--fmad", "-fmad") and b == "false" for a, b in zip(flags, flags[1:]))
+    return ["-ffp-contract=off"] if off else []
 # The checked build (attnbook.sanitize, attnbook.profile): GCC calls __tsan_read4(addr)
 # etc. before every access, which the emulator's emu_checked.h defines (no
 # ThreadSanitizer runtime is linked). -fno-tree-sra keeps a float4 load one 16-byte

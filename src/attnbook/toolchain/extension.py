@@ -29,7 +29,7 @@ from ..emulator import emulate, ptx
 from ..emulator.cache import LINK_FLAGS
 from .compile import (BACKENDS, CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR,
                       EMULATOR_TARGET, INCLUDE_DIR, CompileError, arch_list,
-                      arch_number, build_lock, device_arch, short_error,
+                      arch_number, build_lock, device_arch, fmad_off, short_error,
                       build_directory, cpp_extension, default_backend,
                       emulator_headers, quiet_build, report_build, write_if_changed)
 
@@ -150,7 +150,8 @@ class Build:
                          else "") + '#include "cuda_emulator.h"\n'
             texts.append((first + f'#line 1 "{file_name}"\n{code}\n', file_name))
         cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={arch_number(arch)}",
-                              *self.cflags, *(CHECKED_FLAGS if checked else ())]
+                              *fmad_off(self.cuda_cflags), *self.cflags,
+                              *(CHECKED_FLAGS if checked else ())]
         full = f"{self.name}_{'checked' if checked else 'emulator'}_" + _key(
             *(t for pair in texts for t in pair), *cflags, torch.__version__,
             *emulator_headers(), *self.folders)
