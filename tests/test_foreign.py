@@ -112,9 +112,20 @@ def test_transform_of_foreign_forms_keeps_lines():
     lines = out.splitlines()
     at = next(i for i, ln in enumerate(src.splitlines()) if "scale_sum<2," in ln
               and "(kLimit" not in ln)
-    assert 'launch_of(scale_sum<2,' in lines[at]
-    assert '"scale_sum<2, (kLimit > 5)>"' in lines[at + 1]
+    assert "kernel_address<decltype(t)>(scale_sum<2, (kLimit > 5)>)" in lines[at]
+    assert '"scale_sum<2, (kLimit > 5)>").cfg(' in lines[at]
     assert "attnbook_host_gridDim" in out and "attnbook_host_blockDim" in out
+
+
+def test_spliced_lines_join_their_first_and_later_lines_keep_their_numbers():
+    src = ("#define LAUNCH(k, n) \\\n  k<<<(n + 31) / 32, \\  \n  32>>>(n)\n"
+           "__global__ void g(int n) {}\nvoid h() { LAUNCH(g, 5); }\n")
+    out = emulate.to_cpp(src)
+    assert out.count("\n") == src.count("\n")
+    lines = out.splitlines()
+    assert lines[0].startswith("#define LAUNCH(k, n)") and ".cfg((n + 31) / 32," in \
+        lines[0] and lines[1:3] == ["", ""]
+    assert lines[3] == "__global__ void g(int n) {}"
 
 
 def test_host_names_of_builtins_are_renamed_in_their_scope_only():

@@ -87,3 +87,15 @@ def test_math_classification_functions_are_global_as_with_nvcc(tmp_path):
     done = run(str(tmp_path / "classify.cu"))
     assert done.returncode == 0, done.stderr
     assert done.stdout == "1 1\n10 0\n4 0\n9 1\n"
+
+
+def test_learners_idioms_run_as_nvcc_builds_them():
+    """Macros over several lines holding a launch or inline PTX, overloaded kernels,
+    template arguments a launch deduces, NULL for a pointer (each once stopped the
+    build or the launch)."""
+    done = run(str(PROGRAMS / "learner_idioms.cu"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [
+        word for name in ("macro_launch", "overload", "overload_int", "deduced",
+                          "explicit", "null_argument", "macro_asm")
+        for word in (name, "ok")]

@@ -27,10 +27,13 @@ order, its seed and the block's index, so results do not depend on the number of
 workers, except where blocks race each other (through atomics or global memory) or
 print.
 
-A launch that runs past its time budget (:func:`time_budget`, ``ATTNBOOK_EMU_TIMEOUT``
-seconds, 60 by default, 0 for none) raises :class:`KernelTimeout`, and one interrupted
-by SIGINT (Jupyter's interrupt button, Ctrl-C) raises :class:`KernelInterrupted`; either
-names the kernel and the threads that had not finished, and the next launch works. A
+A launch that hangs, one in which no thread has passed a barrier or finished for 60
+seconds (``ATTNBOOK_EMU_STALL``), raises :class:`KernelTimeout`; a long launch that
+progresses runs to its end. A launch that runs past a time budget set for the whole
+launch (:func:`time_budget`, ``ATTNBOOK_EMU_TIMEOUT`` seconds; 0 for no limit at all,
+the stall guard included) raises it too, and one interrupted by SIGINT (Jupyter's
+interrupt button, Ctrl-C) raises :class:`KernelInterrupted`; each names the kernel
+and the threads that had not finished, and the next launch works. A
 watchdog thread stops the stuck threads without their help: an endless loop or a spin
 on a flag that never changes is caught, as long as the thread is in kernel code (x86-64
 Linux only; a thread inside a library call, ``printf``, is caught once it is back: a
@@ -107,8 +110,9 @@ def workers(n: int):
 
 
 def time_budget(seconds: float):
-    """Stop any launch that runs longer than ``seconds`` inside the ``with`` block
-    (``None`` or 0: no limit), raising :class:`KernelTimeout`."""
+    """Stop any launch that runs longer than ``seconds`` inside the ``with`` block,
+    raising :class:`KernelTimeout` (``None`` or 0: no limit, not even the guard that
+    stops a launch making no progress for 60 s)."""
     if seconds is None:
         seconds = 0
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
@@ -137,6 +141,7 @@ class KernelFault(RuntimeError):
 # for a fault (fault_message).
 _STOPPED = ((re.compile(r"kernel '[^']*' was interrupted after"), KernelInterrupted),
             (re.compile(r"kernel '[^']*' ran past its time budget"), KernelTimeout),
+            (re.compile(r"kernel '[^']*' made no progress for"), KernelTimeout),
             (re.compile(r"kernel '[^']*', block \(.*\((SIGSEGV|SIGBUS|SIGFPE|SIGILL)"
                         r"\b"), KernelFault))
 
@@ -357,8 +362,14 @@ def _launches(code: str) -> str:
             raise SyntaxError(f"line {masked[:open_].count(chr(10)) + 1}: "
                               "no kernel before '<<<'")
         name = " ".join(code[start:open_].split())   # one line, whatever the source
-        head = f'::attnbook_emu::launch_of({kernel}, "{name}").cfg('
-        code = code[:start] + head + code[open_ + 3:close] + ")" + code[close + 3:]
+        # its address where the kernel is one function, else a call that resolves an
+        # overload or deduces a template from the arguments (emu_runtime.h, launch_of)
+        address = f"::attnbook_emu::kernel_address<decltype(t)>({name})"
+        head = (f"::attnbook_emu::launch_of([&](auto t) -> decltype({address}) "
+                f"{{ return {address}; }}, [&](auto&... a) {{ {name}(a...); }}, "
+                f'"{name}").cfg(')
+        code = (code[:start] + head + "\n" * kernel.count("\n") + code[open_ + 3:close]
+                + ")" + code[close + 3:])
 
 
 _LOCAL_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([\w./-]+)"[^\n]*$', re.M)
@@ -392,10 +403,29 @@ def inline_headers(source: str, name: str, folders, seen=None) -> str:
     return "".join(out)
 
 
+def join_lines(source: str) -> str:
+    """``source`` with each backslash-newline spliced away, as C's second translation
+    phase does before comments and macros are seen: a macro written over several lines
+    becomes one line, followed by as many empty lines as it lost, so every line after
+    it keeps its number."""
+    out, joined, held = [], "", 0
+    for line in source.split("\n"):
+        text = line.rstrip(" \t\r")
+        if text.endswith("\\"):
+            joined += text[:-1]
+            held += 1
+            continue
+        out += [joined + line] + [""] * held
+        joined, held = "", 0
+    if held:
+        out += [joined] + [""] * (held - 1)
+    return "\n".join(out)
+
+
 def to_cpp(source: str) -> str:
     """The kernel source as C++ for the emulator: same lines, CUDA-only syntax
-    rewritten. Comments are dropped (replaced by blanks)."""
-    code = blank_out(source, strings=False)
+    rewritten (in macros too). Comments are dropped (replaced by blanks)."""
+    code = blank_out(join_lines(source), strings=False)
     code = _extern_shared(code)
     code = _static_shared(code, blank_out(code, strings=True))
     return _launches(_host_builtins(code))

@@ -111,15 +111,20 @@ inline Host& host() {
   return *h;
 }
 
+// The dynamic shared memory kernel `fn` may ask for; for a kernel whose address is not
+// known (nullptr), the largest any kernel was given.
 inline size_t dynamic_smem_limit(const void* fn) {
   std::lock_guard<std::mutex> lock(host().m);
-  for (auto& [f, bytes] : host().smem_optin)
+  size_t largest = kDefaultDynamicSmem;
+  for (auto& [f, bytes] : host().smem_optin) {
     if (f == fn) return size_t(bytes);
-  return kDefaultDynamicSmem;
+    largest = std::max(largest, size_t(bytes));
+  }
+  return fn ? kDefaultDynamicSmem : largest;
 }
 
 // Get this worker ready for the job's block shape.
-inline void prepare(Runtime& r, const Job& job) {
+inline void prepare(Runtime& r, Job& job) {
   r.kernel = job.kernel;
   r.grid = job.grid;
   r.block = job.block;
@@ -127,6 +132,7 @@ inline void prepare(Runtime& r, const Job& job) {
   r.closure = job.closure;
   r.mode = job.order;
   r.cancel = &job.cancel;
+  r.progress = &job.progress;
   int n = job.nthreads;
   r.nthreads = n;
   r.threads.assign(n, Thread{});
@@ -201,6 +207,7 @@ inline void run_block(Runtime& r, Job& job, uint64_t b) {
   if (!r.error.empty()) throw KernelError(r.error);
   on_block_end(r);
   job.finished.fetch_add(1, std::memory_order_relaxed);
+  job.progress.fetch_add(1, std::memory_order_relaxed);
 }
 
 inline Runtime& own_runtime() {
@@ -302,11 +309,11 @@ inline void launch(Job& job) {
   GilReleased released;
   std::lock_guard<std::mutex> one_launch(p.launching);
   int helpers = int(std::min<uint64_t>(uint64_t(workers_from_env()), job.nblocks)) - 1;
-  job.budget_ns = budget_from_env();
+  limits_from_env(job);
   job.max_tids = std::max(helpers, 0) + 1;
   job.tids.reset(new std::atomic<pthread_t>[job.max_tids]);
   for (int i = 0; i < job.max_tids; ++i) job.tids[i].store(pthread_t());
-  job.start = std::chrono::steady_clock::now();
+  job.start = job.progressed = std::chrono::steady_clock::now();
   Watched watched(job);
   on_launch(job);
   if (helpers > 0) {
@@ -329,32 +336,13 @@ inline void launch(Job& job) {
   if (job.failed_block.load() != UINT64_MAX) throw KernelError(job.error);
 }
 
-template <class... P>
-struct Launch {
-  void (*kernel)(P...);
-  const char* name;
+// A launch's configuration and its checks; Launch and DeducedLaunch give it the
+// kernel's arguments.
+struct LaunchConfig {
+  const void* key = nullptr;   // the kernel's address (nullptr: not known)
+  const char* name = "";
   dim3 grid{1}, block{1};
   size_t smem = 0;
-
-  Launch& cfg(dim3 g, dim3 b, size_t shared = 0, cudaStream_t = nullptr) {
-    grid = g;
-    block = b;
-    smem = shared;
-    return *this;
-  }
-
-  template <class... A>
-  void operator()(A&&... args) {
-    static_assert(sizeof...(A) == sizeof...(P), "wrong number of kernel arguments");
-    std::tuple<P...> params(std::forward<A>(args)...);
-    struct Closure {
-      void (*k)(P...);
-      std::tuple<P...>* p;
-      // Each thread gets its own copy of the parameters.
-      void operator()() const { std::apply(k, *p); }
-    } closure{kernel, &params};
-    run(&fiber_main<Closure>, &closure, &params, sizeof params);
-  }
 
   void run(void (*fiber)(void*), const void* closure, const void* params,
            size_t params_bytes) {
@@ -377,7 +365,7 @@ struct Launch {
                     name, grid.x, grid.y, grid.z);
       throw KernelError(buf);
     }
-    size_t limit = dynamic_smem_limit(reinterpret_cast<const void*>(kernel));
+    size_t limit = dynamic_smem_limit(key);
     if (smem > limit) {
       std::snprintf(buf, sizeof buf,
                     "kernel '%s': %zu bytes of dynamic shared memory requested, the "
@@ -403,12 +391,103 @@ struct Launch {
   }
 };
 
+// `kernel<<<grid, block, smem, stream>>>(args)` becomes
+// launch_of(kernel, "kernel").cfg(grid, block, smem, stream)(args): the arguments are
+// converted to the kernel's parameters once, and each thread copies them.
+template <class Self>
+struct Configurable : LaunchConfig {
+  Self& cfg(dim3 g, dim3 b, size_t shared = 0, cudaStream_t = nullptr) {
+    grid = g;
+    block = b;
+    smem = shared;
+    return static_cast<Self&>(*this);
+  }
+};
+
+// An argument as the kernel's parameter P. A launch is a call on a GPU, where NULL or 0
+// is a null pointer constant; forwarded here, it is an integer (NULL is a long): it
+// becomes the null pointer, and any other integer for a pointer is an error.
+template <class P, class A>
+P parameter(A&& a) {
+  if constexpr (std::is_pointer_v<P> && std::is_integral_v<std::decay_t<A>> &&
+                !std::is_convertible_v<A&&, P>) {
+    if (a != 0) throw KernelError("an integer other than 0 passed for a pointer "
+                                  "parameter of a kernel");
+    return nullptr;
+  } else {
+    return std::forward<A>(a);
+  }
+}
+
+template <class... P>
+struct Launch : Configurable<Launch<P...>> {
+  void (*kernel)(P...);
+
+  template <class... A>
+  void operator()(A&&... args) {
+    static_assert(sizeof...(A) == sizeof...(P), "wrong number of kernel arguments");
+    std::tuple<P...> params(parameter<P>(std::forward<A>(args))...);
+    struct Closure {
+      void (*k)(P...);
+      std::tuple<P...>* p;
+      // Each thread gets its own copy of the parameters.
+      void operator()() const { std::apply(k, *p); }
+    } closure{kernel, &params};
+    this->run(&fiber_main<Closure>, &closure, &params, sizeof params);
+  }
+};
+
 template <class... P>
 Launch<P...> launch_of(void (*kernel)(P...), const char* name) {
   Launch<P...> l;
   l.kernel = kernel;
+  l.key = reinterpret_cast<const void*>(kernel);
   l.name = name;
   return l;
+}
+
+// A kernel that is no single function until its arguments choose: an overloaded name,
+// a template whose arguments are deduced (`scale<<<g, b>>>(x, n)` with
+// `template <class T> __global__ void scale(T*, int)`). `call` makes the call the
+// source writes, `kernel(args...)`, so overload resolution picks what nvcc's would;
+// the arguments are kept as they are passed (decayed), and each thread converts its
+// copy. The function chosen has no address here: cudaFuncSetAttribute's limits are
+// looked up by any kernel's largest (what the device allows at most, once opted in).
+template <class Call>
+struct DeducedLaunch : Configurable<DeducedLaunch<Call>> {
+  Call call;
+  explicit DeducedLaunch(Call c) : call(std::move(c)) {}
+
+  template <class... A>
+  void operator()(A&&... args) {
+    std::tuple<std::decay_t<A>...> params(std::forward<A>(args)...);
+    struct Closure {
+      Call* c;
+      std::tuple<std::decay_t<A>...>* p;
+      void operator()() const { std::apply(*c, *p); }
+    } closure{&call, &params};
+    this->run(&fiber_main<Closure>, &closure, &params, sizeof params);
+  }
+};
+
+// The source transform writes
+//   launch_of([&](auto t) -> decltype(kernel_address<decltype(t)>(K)) {...},
+//             [&](auto&... a) { K(a...); }, "K")
+// for a launch of K: the first names K's address where K is one function (a function,
+// a template with its arguments given, a pointer), and fails to substitute otherwise.
+struct Probe {};
+template <class Tag, class... P>
+auto kernel_address(void (*kernel)(P...)) { return kernel; }
+
+template <class Address, class Call>
+auto launch_of(Address address, Call call, const char* name) {
+  if constexpr (std::is_invocable_v<Address, Probe>) {
+    return launch_of(address(Probe{}), name);
+  } else {
+    DeducedLaunch<Call> l(std::move(call));
+    l.name = name;
+    return l;
+  }
 }
 
 // Static __shared__ variables are thread-local statics: shared by the fibers of a
