@@ -1,5 +1,6 @@
-"""The emulator's hang guard: a launch past its time budget, or interrupted, stops with
-an exception naming the kernel and the threads left, and the next launch works."""
+"""The emulator's hang guard: a launch that makes no progress, one past its time budget,
+or one interrupted, stops with an exception naming the kernel and the threads left, and
+the next launch works; a long launch that progresses runs to its end."""
 import os
 import subprocess
 import sys
@@ -42,17 +43,31 @@ __global__ void fill(float* out, float value) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = value;
 }
 
+// Many short blocks: a long launch whose blocks keep finishing.
+__global__ void busy(float* out, int iters) {
+  float x = threadIdx.x;
+  for (int i = 0; i < iters; ++i) x = x * 0.999f + 1.f;
+  if (x < 0.f) out[0] = x;   // never: keeps the loop
+}
+
 void launch_hang(int which, float* out) {
   if (which == 0) spin_forever<<<4, 64>>>(out);
   else if (which == 1) spin_on_flag<<<4, 64>>>(out);
   else chatty<<<2, 32>>>(out);
 }
 void launch_fill(float* out, float value) { fill<<<4, 64>>>(out, value); }
+void launch_busy(float* out, int blocks, int iters) {
+  busy<<<blocks, 32>>>(out, iters);
+}
 """
 
 WRAPPER = r"""
 void launch_hang(int, float*);
 void launch_fill(float*, float);
+void launch_busy(float*, int, int);
+void run_busy(at::Tensor out, int64_t blocks, int64_t iters) {
+  launch_busy(out.data_ptr<float>(), int(blocks), int(iters));
+}
 void run_hang(int64_t which, at::Tensor out) {
   launch_hang(int(which), out.data_ptr<float>());
 }
@@ -64,8 +79,8 @@ void run_fill(at::Tensor out, double value) {
 
 @pytest.fixture(scope="module")
 def ext():
-    return ab.compile("sanitizer_hang", SOURCE, WRAPPER, ["run_hang", "run_fill"],
-                      backend="emulator")
+    return ab.compile("sanitizer_hang", SOURCE, WRAPPER,
+                      ["run_hang", "run_fill", "run_busy"], backend="emulator")
 
 
 def fill_works(ext):
@@ -89,6 +104,27 @@ def test_time_budget_stops_a_hang(ext, which, kernel, n):
     assert "(0,0,0)" in msg
     assert isinstance(info.value, RuntimeError)
     fill_works(ext)
+
+
+@pytest.mark.parametrize("which, kernel", [(0, "spin_forever"), (1, "spin_on_flag")])
+def test_without_a_budget_a_launch_that_makes_no_progress_is_stopped(ext, which,
+                                                                     kernel,
+                                                                     monkeypatch):
+    monkeypatch.setenv("ATTNBOOK_EMU_STALL", "0.3")   # 60 s by default
+    with pytest.raises(ab.KernelTimeout) as info:
+        ext.run_hang(which, torch.zeros(256))
+    assert f"kernel '{kernel}' made no progress for 0.3 s (no thread passed a " \
+           "barrier or finished: a hang)" in str(info.value)
+    fill_works(ext)
+
+
+def test_a_long_launch_that_progresses_runs_to_its_end(ext, monkeypatch):
+    """70,000 blocks of attention stopped at the 60 s budget on two busy cores, all
+    progressing: the guard now stops launches that make no progress, not long ones."""
+    monkeypatch.setenv("ATTNBOOK_EMU_STALL", "0.1")
+    start = time.perf_counter()
+    ext.run_busy(torch.zeros(1), 10000, 2000)
+    assert time.perf_counter() - start > 0.3   # three times the stall guard's 0.1 s
 
 
 def test_time_budget_stops_a_hang_in_checked_mode(ext):

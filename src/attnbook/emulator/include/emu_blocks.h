@@ -266,8 +266,13 @@ struct Job {
   // no new block, and a fiber still running is abandoned (see on_cancel_signal).
   std::atomic<int> cancel{0};
   std::atomic<uint64_t> finished{0};        // blocks run to their end
+  // passes begun (threads released by a barrier) and blocks finished, by all workers;
+  // the watchdog notes when it last changed
+  std::atomic<uint64_t> progress{0};
+  uint64_t progress_seen = 0;
   int64_t budget_ns = 0;                    // 0: no time budget
-  std::chrono::steady_clock::time_point start;
+  int64_t stall_ns = 0;                     // 0: no stall guard
+  std::chrono::steady_clock::time_point start, progressed;
   // The OS threads running this job, for the watchdog to signal; an entry is set once
   // the thread's thread-locals exist (the signal handler reads them).
   std::unique_ptr<std::atomic<pthread_t>[]> tids;
@@ -313,6 +318,7 @@ struct Runtime {
   int arrived = 0;          // at the barrier being gathered
   int sync_result = 0;      // of the last barrier released
   const std::atomic<int>* cancel = nullptr;   // the current job's
+  std::atomic<uint64_t>* progress = nullptr;  // the current job's
   volatile sig_atomic_t stopped = 0;   // a fiber was abandoned by the hang guard
   // Kernel code is running (not the emulator's own): what the checked build's memory
   // hooks look at (emu_checked.h); unused otherwise.

@@ -10,8 +10,10 @@ namespace attnbook_emu {
 // A fiber that never reaches a synchronisation point (an endless loop, a spin on a flag
 // that another warp of the block would set: fibers do not preempt each other) would
 // hang the launch, and the notebook with it. A watchdog thread per extension watches
-// each launch: past its time budget (ATTNBOOK_EMU_TIMEOUT seconds, 60 by default, 0
-// for none), or once SIGINT arrived during the launch, it sets job.cancel and then
+// each launch: once no thread of it has passed a barrier or finished for a while (a
+// hang: ATTNBOOK_EMU_STALL seconds, 60 by default), past a time budget set for all of
+// it (ATTNBOOK_EMU_TIMEOUT seconds; 0: no limit at all, the stall guard included), or
+// once SIGINT arrived during the launch, it sets job.cancel and then
 // signals every worker of the launch every millisecond (cancel_signal(), through
 // pthread_sigqueue, whose value names the handler of this extension). The handler
 // abandons the running fiber by switching to the worker's scheduler context, as if the
@@ -24,8 +26,8 @@ namespace attnbook_emu {
 // fiber's frames are never unwound: destructors of its locals do not run (kernel code
 // has none that matter). Without x86-64 the handler does nothing: only blocks not yet
 // started are cancelled.
-constexpr int64_t kDefaultBudgetNs = int64_t(60) * 1000000000;
-constexpr int kTimeout = 1, kInterrupt = 2;
+constexpr double kDefaultStallSeconds = 60;
+constexpr int kTimeout = 1, kInterrupt = 2, kStalled = 3;
 inline int cancel_signal() { return SIGRTMIN + 5; }
 
 // The executable segments of this extension, found once outside any signal handler.
@@ -159,11 +161,19 @@ inline void watchdog_main(Watch* w) {
     if (w->job != job) continue;   // that launch is over (job may be gone)
     if (!job->cancel.load()) {
       int why = 0;
+      const auto now = std::chrono::steady_clock::now();
+      const uint64_t progress = job->progress.load(std::memory_order_relaxed);
+      if (progress != job->progress_seen) {
+        job->progress_seen = progress;
+        job->progressed = now;
+      }
       if (sigint_seen().load()) why = kInterrupt;
       else if (job->budget_ns > 0 &&
-               std::chrono::steady_clock::now() - job->start >
-                   std::chrono::nanoseconds(job->budget_ns))
+               now - job->start > std::chrono::nanoseconds(job->budget_ns))
         why = kTimeout;
+      else if (job->stall_ns > 0 &&
+               now - job->progressed > std::chrono::nanoseconds(job->stall_ns))
+        why = kStalled;
       if (!why) continue;
       job->cancel.store(why);
     }
@@ -183,16 +193,29 @@ inline Watch& watch() {
   return *w;
 }
 
-inline int64_t budget_from_env() {
-  const char* s = std::getenv("ATTNBOOK_EMU_TIMEOUT");
-  if (!s || !*s) return kDefaultBudgetNs;
-  char* end;
-  double sec = std::strtod(s, &end);
-  if (*end || !(sec >= 0))
-    throw std::invalid_argument(
-        std::string("ATTNBOOK_EMU_TIMEOUT must be a number of seconds >= 0, got '") +
-        s + "'");
+// Seconds from the environment variable `name` as nanoseconds; `unset` if it is not
+// set (0: no limit).
+inline int64_t seconds_from_env(const char* name, double unset) {
+  const char* s = std::getenv(name);
+  double sec = unset;
+  if (s && *s) {
+    char* end;
+    sec = std::strtod(s, &end);
+    if (*end || !(sec >= 0))
+      throw std::invalid_argument(std::string(name) + " must be a number of seconds "
+                                  ">= 0, got '" + s + "'");
+  }
   return sec > 1e9 ? 0 : int64_t(sec * 1e9);
+}
+
+// The job's limits: a time budget for the whole launch where one is set, else the stall
+// guard; ATTNBOOK_EMU_TIMEOUT=0 turns both off.
+inline void limits_from_env(Job& job) {
+  job.budget_ns = seconds_from_env("ATTNBOOK_EMU_TIMEOUT", 0);
+  const char* total = std::getenv("ATTNBOOK_EMU_TIMEOUT");
+  const bool none = total && *total && job.budget_ns == 0;
+  job.stall_ns =
+      none ? 0 : seconds_from_env("ATTNBOOK_EMU_STALL", kDefaultStallSeconds);
 }
 
 // The exception of a cancelled launch: what was left, and why.
@@ -204,6 +227,10 @@ inline std::string cancelled_message(Job& job) {
     std::snprintf(buf, sizeof buf, "kernel '%s' ran past its time budget of %.3g s "
                   "(ATTNBOOK_EMU_TIMEOUT, or attnbook.time_budget) and was stopped "
                   "after %.3g s", job.kernel, job.budget_ns / 1e9, sec);
+  else if (job.cancel.load() == kStalled)
+    std::snprintf(buf, sizeof buf, "kernel '%s' made no progress for %.3g s (no thread "
+                  "passed a barrier or finished: a hang) and was stopped after %.3g s",
+                  job.kernel, job.stall_ns / 1e9, sec);
   else
     std::snprintf(buf, sizeof buf, "kernel '%s' was interrupted after %.3g s",
                   job.kernel, sec);

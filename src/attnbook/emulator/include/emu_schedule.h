@@ -17,6 +17,7 @@ namespace attnbook_emu {
 // releases it. A shuffle draws a new order for every pass.
 inline void new_pass(Runtime& r) {
   r.pos = -1;
+  r.progress->fetch_add(1, std::memory_order_relaxed);   // for the stall guard
   if (r.mode == Order::Shuffle)
     for (int i = r.nthreads - 1; i > 0; --i)
       std::swap(r.order[i], r.order[r.rng.below(i + 1)]);
