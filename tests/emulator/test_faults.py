@@ -38,6 +38,7 @@ __global__ void wrong(int which, int block, int who, long long i, float* out) {
   if (which == 2) out[t] = depth(int(i));             // recursion i deep
   if (which == 3) out[t] = float(t / int(i));         // i = 0
   if (which == 4) out[t] = tile[threadIdx.x + i];     // past the launch's bytes
+  if (which == 6) out[t] = float(int(i << 31) / int(i));   // i = -1: INT_MIN / -1
   if (which == 5) {                                   // 480 KiB of local memory
     volatile float local[120 * 1024];
     for (int j = 0; j < 120 * 1024; ++j) local[j] = j;
@@ -107,7 +108,7 @@ def fill_works(ext):
 
 # The line of each case in SOURCE, as the message names it.
 LINES = {n: i for i, text in enumerate(SOURCE.splitlines(), 1)
-         for n in range(6) if f"if (which == {n})" in text}
+         for n in range(7) if f"if (which == {n})" in text}
 # depth()'s lines: where its frame is made or its recursive call is.
 DEPTH = [i for i, text in enumerate(SOURCE.splitlines(), 1) if 1 < i < 7]
 
@@ -132,6 +133,8 @@ CASES = {
                                  r"stack overflow: the thread used more than its "
                                  r"576 KiB of stack"),
     "integer division by zero": (3, 0, 0, r"integer division by zero \(SIGFPE"),
+    "integer division overflow": (6, -1, 0, r"integer division overflow: the most "
+                                            r"negative integer divided by -1 \(SIGFPE"),
     "shared memory the launch did not give": (
         4, 0, 0, r"out-of-bounds shared memory access: byte 148 of dynamic shared "
                  r"memory, of which the launch gave the block 0 bytes"),

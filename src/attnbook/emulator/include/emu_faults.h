@@ -34,6 +34,43 @@ inline void use_signal_stack(Runtime& r) {
   sigaltstack(&ss, nullptr);
 }
 
+constexpr int kDivisionUnknown = 0x1000;   // si_code of neither kind: see below
+#if defined(__x86_64__) && !defined(ATTNBOOK_EMU_USE_UCONTEXT)
+// x86-64 raises one fault (#DE, SIGFPE with FPE_INTDIV) for a division by zero and for
+// the most negative integer divided by -1, whose quotient does not fit. Which it was:
+// the divisor of the faulting idiv where it is a register (-1: FPE_INTOVF), else
+// kDivisionUnknown where the dividend is the most negative integer (a divisor in
+// memory), else FPE_INTDIV.
+__attribute__((no_sanitize("thread"))) inline int division_fault(const ucontext_t* uc) {
+  const greg_t* g = uc->uc_mcontext.gregs;
+  const auto* p = reinterpret_cast<const uint8_t*>(g[REG_RIP]);
+  int width = 32;
+  for (; *p == 0x66 || *p == 0x67 || *p == 0xf2 || *p == 0xf3 || *p == 0x2e ||
+         *p == 0x3e || *p == 0x26 || *p == 0x36 || *p == 0x64 || *p == 0x65; ++p)
+    if (*p == 0x66) width = 16;                    // operand-size prefix
+  const uint8_t rex = (*p & 0xf0) == 0x40 ? *p++ : 0;
+  if (rex & 8) width = 64;
+  if (*p == 0xf6) width = 8;
+  else if (*p != 0xf7) return FPE_INTDIV;
+  const uint8_t modrm = p[1];
+  if ((modrm >> 3 & 7) != 7) return FPE_INTDIV;   // div, not idiv: only by zero
+  const uint64_t mask = width == 64 ? ~uint64_t(0) : (uint64_t(1) << width) - 1;
+  if (modrm >> 6 == 3) {
+    static constexpr int regs[16] = {REG_RAX, REG_RCX, REG_RDX, REG_RBX, REG_RSP,
+                                     REG_RBP, REG_RSI, REG_RDI, REG_R8,  REG_R9,
+                                     REG_R10, REG_R11, REG_R12, REG_R13, REG_R14,
+                                     REG_R15};
+    const int rm = (modrm & 7) | (rex & 1) << 3;
+    uint64_t divisor = uint64_t(g[regs[rm]]);
+    if (width == 8 && !rex && rm >= 4) divisor = uint64_t(g[regs[rm - 4]]) >> 8;
+    return (divisor & mask) == mask ? FPE_INTOVF : FPE_INTDIV;
+  }
+  const uint64_t most_negative = (mask >> 1) + 1;
+  const bool most = (uint64_t(g[REG_RAX]) & mask) == most_negative;
+  return most ? kDivisionUnknown : FPE_INTDIV;
+}
+#endif
+
 // Uninstrumented in the checked build, like on_cancel_signal.
 __attribute__((no_sanitize("thread"))) inline void on_fault(int sig, siginfo_t* si,
                                                            void* ucv) {
@@ -46,7 +83,9 @@ __attribute__((no_sanitize("thread"))) inline void on_fault(int sig, siginfo_t* 
     Thread* self = r->cur;
     // The page fault's error code: bit 1 set for a write.
     bool write = sig == SIGSEGV && (uc->uc_mcontext.gregs[REG_ERR] & 2);
-    r->fault = {sig, si->si_code, self->linear, uintptr_t(si->si_addr),
+    const int code = sig == SIGFPE && si->si_code == FPE_INTDIV ? division_fault(uc)
+                                                                 : si->si_code;
+    r->fault = {sig, code, self->linear, uintptr_t(si->si_addr),
                 uintptr_t(uc->uc_mcontext.gregs[REG_RIP]), write};
     r->cur = nullptr;
     // SA_NODEFER: leaving the handler this way leaves the signal unblocked; the
@@ -97,7 +136,12 @@ inline std::string fault_message(Runtime& r) {
   bool memory = true;
   if (f.signo == SIGFPE) {
     memory = false;
-    msg += f.code == FPE_INTDIV ? "integer division by zero" : "arithmetic exception";
+    msg += f.code == FPE_INTDIV ? "integer division by zero"
+           : f.code == FPE_INTOVF
+               ? "integer division overflow: the most negative integer divided by -1"
+           : f.code == kDivisionUnknown
+               ? "integer division by zero, or of the most negative integer by -1"
+               : "arithmetic exception";
     msg += " (SIGFPE; a GPU gives an unspecified value instead)";
   } else if (f.signo == SIGILL) {
     memory = false;
