@@ -176,6 +176,23 @@ def test_generation_rejects_bad_requests(device):
         model.generate(PROMPTS, 2, attention_impl="flash")
     with pytest.raises(ValueError, match="one entry per layer"):
         DecoderConfig(strides=(2,))
+    # once torch's own errors, from deep inside
+    for n in (0, -3, 2.0):
+        with pytest.raises(ValueError, match="max_new_tokens must be a whole number"):
+            model.generate(PROMPTS, n)
+    with pytest.raises(ValueError, match="block_size must be a whole number >= 1"):
+        model.generate(PROMPTS, 2, cache="paged", block_size=0)
+    for token in (model.cfg.vocab, -1):
+        with pytest.raises(ValueError, match=f"prompt 1 holds token {token}, outside "
+                                             f"the vocabulary of {model.cfg.vocab}"):
+            model.generate([[1, 2], [3, token]], 2)
+
+
+def test_the_stand_in_checkpoint_refuses_a_file_for_its_folder(tmp_path):
+    file = tmp_path / "gpt2"
+    file.write_text("not a folder")
+    with pytest.raises(NotADirectoryError, match="is a file, not a folder"):
+        ab.models.gpt2_stand_in(file)
 
 
 def test_decoder_trains_with_sdpa_and_generates_with_the_kernels(device):

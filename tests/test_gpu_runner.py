@@ -58,6 +58,22 @@ def test_unknown_stage_is_a_usage_error(tmp_path):
         main(["nope", "--out", str(tmp_path)])
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--within", "0"], "--within: must be a number of seconds > 0, got 0"),
+    (["--within", "nan"], "--within: must be a number of seconds > 0, got nan"),
+    (["--within", "soon"], "--within: 'soon' is not a number of seconds"),
+    (["--workers", "0"], "--workers: must be at least 1, got 0"),
+    (["--workers", "-2"], "--workers: must be at least 1, got -2"),
+])
+def test_bad_numbers_are_usage_errors_before_any_plan(tmp_path, capsys, args, message):
+    # --within 0 and nan once planned every stage; --workers 0 was taken
+    with pytest.raises(SystemExit) as info:
+        main(["--dry-run", "--out", str(tmp_path), *args])
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    assert message in err and "stage" not in out
+
+
 def test_the_check_stage_refuses_a_machine_without_a_gpu(tmp_path):
     run = subprocess.run([sys.executable, "-m", "attnbook.gpu", "check", "--out",
                           str(tmp_path)], capture_output=True, text=True, cwd=ROOT)

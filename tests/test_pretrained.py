@@ -1,5 +1,6 @@
 """The Shakespeare model the package ships (chapter 10), and the script that trained
 it."""
+import pytest
 import torch
 
 from attnbook.models import pretrained
@@ -47,3 +48,17 @@ def test_the_training_script_writes_a_checkpoint(tmp_path, capsys):
     assert cm.record["held_out_loss"] > HELD_OUT_LOSS_BELOW   # 3 steps learn little
     state = torch.load(out, weights_only=True)["state"]
     assert all(t.dtype == torch.float16 for t in state.values())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "0"], "--steps: must be at least 1, got 0"),
+    (["--threads", "0"], "--threads: must be at least 1, got 0"),
+    (["--out", "{tmp}"], "a folder, not a file"),
+    (["--out", "{tmp}/missing/model.pt"], "no folder to write it in"),
+])
+def test_the_training_script_refuses_bad_arguments_before_training(tmp_path, capsys,
+                                                                     args, message):
+    # --out with a folder once failed only after the whole training
+    with pytest.raises(SystemExit) as info:
+        pretrained.main([a.format(tmp=tmp_path) for a in args])
+    assert info.value.code == 2 and message in capsys.readouterr().err

@@ -18,7 +18,8 @@ import attnbook as ab
 SOURCE = r"""
 // y = x + c over n floats; the thread of index `wild` (if any) writes `at` floats
 // past y's start instead of its own element.
-__global__ void shift(const float* x, float* y, int n, float c, int wild, long long at) {
+__global__ void shift(const float* x, float* y, int n, float c, int wild,
+                      long long at) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i == wild) y[at] = 1.f;
   else if (i < n) y[i] = x[i] + c;

@@ -7,6 +7,7 @@ import shlex
 import sys
 import time
 
+from ..toolchain.cli import seconds, whole
 from . import __doc__ as DOC
 from .stages import (COMMAND_LIMIT_S, ROOT, STAGES, build, commands_of, environment,
                      plan, run_stage)
@@ -23,10 +24,10 @@ def _parser():
                    "summary.json)")
     p.add_argument("--out", type=pathlib.Path, default=ROOT / "build" / "gpu" / "run",
                    help="the run's folder (default: build/gpu/run)")
-    p.add_argument("--within", type=float, metavar="SECONDS",
+    p.add_argument("--within", type=seconds, metavar="SECONDS",
                    help="run the next stages whose estimates fit in SECONDS, no more")
-    p.add_argument("--workers", type=int, default=max(1, min(8, (os.cpu_count() or 2)
-                                                             // 2)),
+    p.add_argument("--workers", type=whole(1),
+                   default=max(1, min(8, (os.cpu_count() or 2) // 2)),
                    help="pytest-xdist workers and parallel builds (default: half the "
                    "cores, at most 8)")
     p.add_argument("--rerun", action="store_true",
@@ -35,7 +36,8 @@ def _parser():
                    help="list the stages, their commands and expected times; run none")
     # the stages' own commands
     p.add_argument("--environment", type=pathlib.Path, help=argparse.SUPPRESS)
-    p.add_argument("--build", type=int, metavar="WORKERS", help=argparse.SUPPRESS)
+    p.add_argument("--build", type=whole(1), metavar="WORKERS",
+                   help=argparse.SUPPRESS)
     return p
 
 

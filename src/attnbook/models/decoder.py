@@ -258,6 +258,19 @@ class Decoder(torch.nn.Module):
         lens = [len(p) for p in prompts]
         if not prompts or min(lens) < 1:
             raise ValueError("prompts must be a non-empty list of non-empty lists")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or \
+                max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a whole number >= 1, got "
+                             f"{max_new_tokens!r}")
+        if cache == "paged" and (isinstance(block_size, bool) or
+                                 not isinstance(block_size, int) or block_size < 1):
+            raise ValueError(f"block_size must be a whole number >= 1, got "
+                             f"{block_size!r}")
+        for b, p in enumerate(prompts):
+            bad = [t for t in p if not 0 <= int(t) < self.cfg.vocab]
+            if bad:
+                raise ValueError(f"prompt {b} holds token {bad[0]}, outside the "
+                                 f"vocabulary of {self.cfg.vocab}")
         total = max(lens) + max_new_tokens
         if total > self.cfg.max_len:
             raise ValueError(f"prompt ({max(lens)}) + new tokens ({max_new_tokens}) "

@@ -21,6 +21,7 @@ seeing every key) is meant, else a boolean [B, 1, Sq, Sk] mask, True = attend. R
 from __future__ import annotations
 
 import contextlib
+import pathlib
 import re
 
 import torch
@@ -117,6 +118,9 @@ def gpt2_stand_in(folder) -> str:
     characters as its vocabulary and no merges. :func:`load_causal_lm` then loads it
     exactly as it loads ``"gpt2"``, so the code path a reader with network runs is
     the one tested without it. Returns the folder's path."""
+    if pathlib.Path(folder).exists() and not pathlib.Path(folder).is_dir():
+        raise NotADirectoryError(f"{str(folder)!r} is a file, not a folder to write "
+                                 "the checkpoint into")
     import transformers
     from tokenizers import ByteLevelBPETokenizer
     from tokenizers.pre_tokenizers import ByteLevel

@@ -29,6 +29,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from ..toolchain.cli import whole
 from .decoder import Decoder, DecoderConfig
 from .tiny import fit
 
@@ -144,10 +145,14 @@ def load(path=CHECKPOINT, device="cpu") -> CharModel:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=TRAINING["steps"])
+    parser.add_argument("--steps", type=whole(1), default=TRAINING["steps"])
     parser.add_argument("--out", default=str(CHECKPOINT))
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--threads", type=whole(1), default=torch.get_num_threads())
     args = parser.parse_args(argv)
+    out = pathlib.Path(args.out)
+    if out.is_dir() or not out.parent.is_dir():
+        parser.error(f"--out {args.out}: " + ("a folder, not a file" if out.is_dir()
+                                              else "no folder to write it in"))
     torch.set_num_threads(args.threads)
     run = {**TRAINING, "steps": args.steps}
     start = time.perf_counter()
