@@ -338,6 +338,19 @@ def test_load_extension_checks_its_input():
         ab.load_extension("__global__ void k() {}", backend="emulator")
     with pytest.raises(TypeError, match="one extension file"):
         ab.load_extension(TWO_FILES[1], sources=TWO_FILES, backend="emulator")
+    # an IndexError, and text without a module, before
+    with pytest.raises(TypeError, match="sources must name at least one file"):
+        ab.load_extension(name="none", sources=[], backend="emulator")
+    with pytest.raises(FileNotFoundError, match="no extension file 'kernels/gone.cuh'"):
+        ab.load_extension("kernels/gone.cuh", backend="emulator")
+
+
+def test_load_extension_takes_the_name_first_as_torch_load_does():
+    # learners' load("my_ext", sources=[...]) was refused: two sources of a module
+    mod = ab.load_extension("two_files", sources=TWO_FILES,
+                            extra_cflags=["-DFACTOR=3"], backend="emulator")
+    torch.testing.assert_close(mod.scale(torch.arange(30.), 2.0, False),
+                               torch.arange(30.) * 6)
 
 
 def test_a_cpp_file_may_include_a_cuda_header_first():

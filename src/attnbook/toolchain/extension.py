@@ -19,6 +19,7 @@ checked build of the same files, made on first use.
 from __future__ import annotations
 
 import hashlib
+import os
 import pathlib
 import re
 import time
@@ -51,8 +52,10 @@ def _to_cpu(code: str) -> str:
 
 
 def _source(path_or_text) -> tuple[str, pathlib.Path | None]:
-    if isinstance(path_or_text, pathlib.Path) or (
-            "\n" not in path_or_text and path_or_text.endswith((".cu", ".cpp"))):
+    """(text, path) of a file given by its path, or (text, None) of text itself: one
+    line naming a file (``kernels/attn.cu``, ``common.cuh``) is a path."""
+    if isinstance(path_or_text, os.PathLike) or re.fullmatch(
+            r"[^\s{};()]+\.\w+", path_or_text.strip()):
         path = pathlib.Path(path_or_text)
         if not path.is_file():
             raise FileNotFoundError(f"no extension file {str(path)!r}")
@@ -69,11 +72,19 @@ def load_extension(path_or_text=None, name: str | None = None, *, sources=None,
     of its ``.cpp`` and ``.cu`` files, with ``extra_cflags`` (the C++ compiler's; on
     the emulator, every file's), ``extra_cuda_cflags`` (nvcc's) and
     ``extra_include_paths``, as ``torch.utils.cpp_extension.load`` takes them.
+    ``load_extension("name", sources=[...])`` names it as torch's ``load`` does.
     ``backend``: "cuda", "emulator" or None for this machine's; ``arch`` as for
     :func:`attnbook.compile`. ``#include "x"`` looks beside each file, in
     ``include_dirs`` and ``extra_include_paths``, then in the working directory."""
+    if sources is not None and name is None and isinstance(path_or_text, str) and \
+            re.fullmatch(r"[A-Za-z_]\w*", path_or_text):
+        name, path_or_text = path_or_text, None   # torch's load("name", sources=[...])
     if (path_or_text is None) == (sources is None):
         raise TypeError("give one extension file (path_or_text) or sources=[...]")
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]                       # as torch's load takes one path
+    if sources is not None and not list(sources):
+        raise TypeError("sources must name at least one file, got none")
     files = [_source(path_or_text)] if sources is None else \
         [_source(pathlib.Path(f)) for f in sources]
     name = name or (files[0][1].stem if files[0][1] else "extension")
