@@ -91,11 +91,13 @@ def test_math_classification_functions_are_global_as_with_nvcc(tmp_path):
 
 def test_learners_idioms_run_as_nvcc_builds_them():
     """Macros over several lines holding a launch or inline PTX, overloaded kernels,
-    template arguments a launch deduces, NULL for a pointer (each once stopped the
-    build or the launch)."""
+    template arguments a launch deduces, NULL for a pointer, an atomic given a value
+    of another type, cooperative groups' scans (each once stopped the build or the
+    launch)."""
     done = run(str(PROGRAMS / "learner_idioms.cu"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [
         word for name in ("macro_launch", "overload", "overload_int", "deduced",
-                          "explicit", "null_argument", "macro_asm")
+                          "explicit", "null_argument", "atomic_conversion",
+                          "atomic_float", "scan", "macro_asm")
         for word in (name, "ok")]

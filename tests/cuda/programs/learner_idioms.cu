@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
+#include <cooperative_groups.h>
+#include <cooperative_groups/scan.h>
+namespace cg = cooperative_groups;
 
 #define CHECK(call)                                                         \
   do {                                                                      \
@@ -60,6 +63,21 @@ __global__ void add_one(T* x, int n) {
 __global__ void maybe_bias(float* out, const float* bias, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] += bias ? bias[i] : 0.5f;
+}
+
+// Atomics take a value of another type, converted to the pointer's (an int added to an
+// unsigned counter, a double to a float).
+__global__ void count(unsigned* counter, float* sum) {
+  atomicAdd(counter, 1);
+  atomicAdd(sum, 0.5);
+}
+
+// Each warp's ranks, scanned: inclusive (rank + 1) and exclusive (rank) sums of ones.
+__global__ void ranks(int* inclusive, int* exclusive) {
+  auto warp = cg::tiled_partition<32>(cg::this_thread_block());
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  inclusive[i] = cg::inclusive_scan(warp, 1);
+  exclusive[i] = cg::exclusive_scan(warp, 1, cg::plus<int>());
 }
 
 // Copies 8 rows of 16 bytes with cp.async, then each lane reads one 32-bit word of
@@ -119,6 +137,26 @@ int main() {
   maybe_bias<<<3, 128>>>(f, NULL, n);
   CHECK(cudaDeviceSynchronize());
   all_equal(f, n, 13.5f, "null_argument");
+
+  unsigned* counter;
+  CHECK(cudaMalloc(&counter, sizeof(unsigned)));
+  CHECK(cudaMemset(counter, 0, sizeof(unsigned)));
+  CHECK(cudaMemset(f, 0, sizeof(float)));
+  count<<<2, 64>>>(counter, f);
+  CHECK(cudaDeviceSynchronize());
+  all_equal(counter, 1, 128u, "atomic_conversion");
+  all_equal(f, 1, 64.f, "atomic_float");
+
+  int *inclusive, *exclusive, h_inc[64], h_exc[64];
+  CHECK(cudaMalloc(&inclusive, sizeof h_inc));
+  CHECK(cudaMalloc(&exclusive, sizeof h_exc));
+  ranks<<<1, 64>>>(inclusive, exclusive);
+  CHECK(cudaMemcpy(h_inc, inclusive, sizeof h_inc, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(h_exc, exclusive, sizeof h_exc, cudaMemcpyDeviceToHost));
+  bool scanned = true;
+  for (int i = 0; i < 64; ++i)
+    scanned = scanned && h_inc[i] == i % 32 + 1 && h_exc[i] == i % 32;
+  std::printf("scan %s\n", scanned ? "ok" : "wrong");
 
   unsigned short h_in[64];
   for (int i = 0; i < 64; ++i) h_in[i] = static_cast<unsigned short>(i);

@@ -207,36 +207,39 @@ inline T atomic_update(T* p, F f) {   // any T of 2, 4 or 8 bytes: floats, __hal
   return old;
 }
 }  // namespace attnbook_emu
-template <class T> inline T atomicAdd(T* p, T v) {
+// CUDA's atomics are overloads by the pointer's type: the value converts to it
+// (atomicAdd(unsigned*, int) adds to an unsigned), so only the pointer deduces T.
+template <class T> inline T atomicAdd(T* p, std::type_identity_t<T> v) {
   if constexpr (std::is_integral_v<T>)
     return __atomic_fetch_add(p, v, ::attnbook_emu::kSeqCst);
   else
     return ::attnbook_emu::atomic_update(p, [v](T o) { return T(o + v); });
 }
-template <class T> inline T atomicSub(T* p, T v) {
+template <class T> inline T atomicSub(T* p, std::type_identity_t<T> v) {
   return __atomic_fetch_sub(p, v, ::attnbook_emu::kSeqCst);
 }
-template <class T> inline T atomicExch(T* p, T v) {
+template <class T> inline T atomicExch(T* p, std::type_identity_t<T> v) {
   T old;
   __atomic_exchange(p, &v, &old, ::attnbook_emu::kSeqCst);
   return old;
 }
-template <class T> inline T atomicMax(T* p, T v) {
+template <class T> inline T atomicMax(T* p, std::type_identity_t<T> v) {
   return ::attnbook_emu::atomic_update(p, [v](T o) { return o < v ? v : o; });
 }
-template <class T> inline T atomicMin(T* p, T v) {
+template <class T> inline T atomicMin(T* p, std::type_identity_t<T> v) {
   return ::attnbook_emu::atomic_update(p, [v](T o) { return v < o ? v : o; });
 }
-template <class T> inline T atomicAnd(T* p, T v) {
+template <class T> inline T atomicAnd(T* p, std::type_identity_t<T> v) {
   return __atomic_fetch_and(p, v, ::attnbook_emu::kSeqCst);
 }
-template <class T> inline T atomicOr(T* p, T v) {
+template <class T> inline T atomicOr(T* p, std::type_identity_t<T> v) {
   return __atomic_fetch_or(p, v, ::attnbook_emu::kSeqCst);
 }
-template <class T> inline T atomicXor(T* p, T v) {
+template <class T> inline T atomicXor(T* p, std::type_identity_t<T> v) {
   return __atomic_fetch_xor(p, v, ::attnbook_emu::kSeqCst);
 }
-template <class T> inline T atomicCAS(T* p, T cmp, T v) {
+template <class T>
+inline T atomicCAS(T* p, std::type_identity_t<T> cmp, std::type_identity_t<T> v) {
   __atomic_compare_exchange(p, &cmp, &v, false, ::attnbook_emu::kSeqCst,
                             ::attnbook_emu::kSeqCst);
   return cmp;   // the old value, whether or not it matched
