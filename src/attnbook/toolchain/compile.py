@@ -47,10 +47,13 @@ BACKENDS = ("cuda", "emulator")
 # Stack-clash protection: a frame larger than the guard below a thread's stack touches
 # each page on its way down, so it faults in the guard (a stack overflow) instead of
 # writing into another thread's stack. A frame over 512 KiB is an error, as ptxas
-# refuses a thread more local memory than that.
+# refuses a thread more local memory than that; FRAME_SLACK is what the host compiler
+# adds to a kernel's own locals (alignment, saved registers: 16 bytes in the checked
+# build for a 512 KiB array, which ptxas takes).
 MAX_LOCAL_BYTES = 512 * 1024
-# -std=c++20 after torch's own -std (c++17 before torch 2.12): one language for the
-# kernels on every torch, and one precompiled header (precompiled_header) per flag set.
+FRAME_SLACK = 32
+
+
 def _fma_flags() -> list[str]:
     """nvcc contracts a·b + c into one fused multiply-add (FFMA, a single rounding) by
     default (--fmad=true); the host compiler does the same where the CPU has FMA: every
@@ -69,8 +72,11 @@ def _fma_flags() -> list[str]:
 
 
 FMA_FLAGS = _fma_flags()
+# -std=c++20 after torch's own -std (c++17 before torch 2.12): one language for the
+# kernels on every torch, and one precompiled header (precompiled_header) per flag set.
 CPU_FLAGS = ["-std=c++20", "-O2", "-fno-strict-aliasing", "-fvisibility=hidden", "-g1",
-             "-fstack-clash-protection", f"-Werror=frame-larger-than={MAX_LOCAL_BYTES}",
+             "-fstack-clash-protection",
+             f"-Werror=frame-larger-than={MAX_LOCAL_BYTES + FRAME_SLACK}",
              *FMA_FLAGS, "-DATTNBOOK_EMULATOR"]
 
 
