@@ -128,6 +128,19 @@ def test_spliced_lines_join_their_first_and_later_lines_keep_their_numbers():
     assert lines[3] == "__global__ void g(int n) {}"
 
 
+def test_a_launch_from_device_code_is_refused_at_compile_time():
+    # it compiled, then stalled until the 60 s budget ran out
+    src = ("__device__ int table[2] = {1, 2};\n__global__ void child(int* x) {}\n"
+           "__global__ void parent(int* x) {\n  if (threadIdx.x == 0) {\n"
+           "    child<<<1, 32>>>(x);\n  }\n}\n"
+           "void launch(int* x) { parent<<<1, 32>>>(x); }\n")
+    with pytest.raises(SyntaxError, match=r"line 5: a kernel launched from device "
+                                          r"code \(dynamic parallelism\)"):
+        emulate.to_cpp(src)
+    # the host's launch after a __device__ variable's braces is no device code
+    assert "launch_of(" in emulate.to_cpp(src.replace("child<<<1, 32>>>(x);", ""))
+
+
 def test_host_names_of_builtins_are_renamed_in_their_scope_only():
     src = ("void go(dim3 blockDim) { k<<<1, blockDim>>>(); }\n"
            "__global__ void k() { int i = blockIdx.x * blockDim.x; }\n"

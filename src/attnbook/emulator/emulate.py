@@ -346,21 +346,46 @@ def _host_builtins(code: str) -> str:
             code = code[:a] + "attnbook_host_" + name + code[b:]
 
 
+_DEVICE = re.compile(r"(?<!\w)__(?:global|device)__(?!\w)")
+
+
+def _device_bodies(masked: str) -> list[tuple[int, int]]:
+    """The spans of the bodies of ``__global__`` and ``__device__`` functions (a
+    head with parentheses, then a block; not a ``__device__`` variable)."""
+    spans, end = [], 0
+    for m in _DEVICE.finditer(masked):
+        if m.start() < end:
+            continue
+        brace, stop = masked.find("{", m.end()), masked.find(";", m.end())
+        if brace < 0 or 0 <= stop < brace or "(" not in masked[m.end():brace]:
+            continue
+        depth, i = 1, brace + 1
+        while depth and i < len(masked):
+            depth += {"{": 1, "}": -1}.get(masked[i], 0)
+            i += 1
+        spans.append((brace, i))
+        end = i
+    return spans
+
+
 def _launches(code: str) -> str:
     while True:
         masked = blank_out(code, strings=True)
         open_ = masked.find("<<<")
         if open_ < 0:
             return code
+        line = masked[:open_].count(chr(10)) + 1
         close = masked.find(">>>", open_)
         if close < 0:
-            raise SyntaxError(f"line {masked[:open_].count(chr(10)) + 1}: "
-                              "'<<<' without '>>>'")
+            raise SyntaxError(f"line {line}: '<<<' without '>>>'")
+        if any(a < open_ < b for a, b in _device_bodies(masked)):
+            raise SyntaxError(f"line {line}: a kernel launched from device code "
+                              "(dynamic parallelism) does not run on the emulator "
+                              "(nvcc, too, refuses it without -rdc=true)")
         start = _kernel_start(masked, open_)
         kernel = code[start:open_].strip()
         if not kernel:
-            raise SyntaxError(f"line {masked[:open_].count(chr(10)) + 1}: "
-                              "no kernel before '<<<'")
+            raise SyntaxError(f"line {line}: no kernel before '<<<'")
         name = " ".join(code[start:open_].split())   # one line, whatever the source
         # its address where the kernel is one function, else a call that resolves an
         # overload or deduces a template from the arguments (emu_runtime.h, launch_of)
