@@ -296,12 +296,13 @@ def test_a_header_named_h_is_transformed_too(tmp_path):
     assert torch.equal(out, torch.arange(70, dtype=torch.int32) % 32)
 
 
-def test_a_cublas_call_is_a_compile_error_naming_it():
-    src = ("#include <cublas_v2.h>\nvoid gemm(cublasHandle_t h, const float* a, "
+def test_a_cublas_call_the_emulator_lacks_is_a_compile_error_naming_it():
+    # the GEMMs run (test_program); a matrix-vector product does not
+    src = ("#include <cublas_v2.h>\nvoid gemv(cublasHandle_t h, const float* a, "
            "float* c) {\n  float one = 1.f;\n"
-           "  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, "
-           "4, 4, 4, &one, a, 4, a, 4, &one, c, 4);\n}\n")
-    with pytest.raises(ab.CompileError, match=r"cell\.cu:4:.*cublasSgemm"):
+           "  cublasSgemv(h, CUBLAS_OP_N, "
+           "4, 4, &one, a, 4, a, 1, &one, c, 1);\n}\n")
+    with pytest.raises(ab.CompileError, match=r"cell\.cu:4:.*cublasSgemv"):
         ab.compile("foreign_cublas", src, "", [], backend="emulator")
 
 
