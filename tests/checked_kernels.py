@@ -31,6 +31,20 @@ __global__ void static_overrun(float* out, int n) {
   __syncthreads();
   out[threadIdx.x] = tile[threadIdx.x % 32];
 }
+// Thread 0 writes element n of a 32-float static array, or of the dynamic shared
+// memory.
+__global__ void static_at(float* out, int n) {
+  __shared__ float tile[32];
+  if (threadIdx.x == 0) tile[n] = 1.f;  // @static-at
+  __syncthreads();
+  out[threadIdx.x] = tile[threadIdx.x % 32];
+}
+__global__ void dynamic_at(float* out, int n) {
+  extern __shared__ float buf[];
+  if (threadIdx.x == 0) buf[n] = 1.f;  // @dynamic-at
+  __syncthreads();
+  out[threadIdx.x] = buf[0];
+}
 __global__ void atomic_past_end(float* out, int n) {
   atomicAdd(&out[n], 1.f);  // @atomic
 }
@@ -187,7 +201,9 @@ void launch_checked_case(int which, const float* x, float* out, int n, int block
     case 13: foreign_local<<<blocks, threads>>>(x, out, n); break;
     case 14: async_past_end<<<blocks, threads>>>(x, out, n); break;
     case 15: async_shift<<<blocks, threads>>>(x, out, n); break;
-    default: half_race<<<blocks, threads>>>(x, out, n); break;
+    case 16: half_race<<<blocks, threads>>>(x, out, n); break;
+    case 17: static_at<<<blocks, threads>>>(out, n); break;
+    default: dynamic_at<<<blocks, threads, smem>>>(out, n); break;
   }
 }
 """
@@ -204,7 +220,8 @@ void run_case(int64_t which, at::Tensor x, at::Tensor out, int64_t n, int64_t bl
 CASES = ["write_past_end", "read_before_start", "dynamic_overrun", "static_overrun",
          "atomic_past_end", "block_sum", "warp_ordered", "shared_counter", "hidden_war",
          "strided_load", "tile_columns", "wide_loads", "shared_reads",
-         "foreign_local", "async_past_end", "async_shift", "half_race"]
+         "foreign_local", "async_past_end", "async_shift", "half_race", "static_at",
+         "dynamic_at"]
 
 
 @functools.cache

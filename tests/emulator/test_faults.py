@@ -142,6 +142,16 @@ CASES = {
     "shared memory past the launch's bytes": (
         4, 8192, 128, r"out-of-bounds shared memory access: byte 32\d\d\d of dynamic "
                       r"shared memory, of which the launch gave the block 128 bytes"),
+    # once no fault: the emulator's own memory lay on both sides
+    "shared memory before its start": (
+        4, -38, 128, r"out-of-bounds shared memory access: byte -4 of dynamic shared "
+                     r"memory, of which the launch gave the block 128 bytes"),
+    "shared memory past the largest a GPU gives": (
+        4, 59136 - 37, 128, r"out-of-bounds shared memory access: byte 236544 of "
+                            r"dynamic shared memory"),
+    "shared memory 4 MiB past its start": (
+        4, (1 << 20) - 37, 128, r"out-of-bounds shared memory access: byte 4194304 of "
+                                r"dynamic shared memory"),
 }
 
 # Run in a child: on a kernel without this guard, the fault kills the process.

@@ -63,6 +63,35 @@ def test_static_shared_array_overrun():
     assert "past the end of a 128-byte __shared__ variable" in e.detail
 
 
+def test_a_static_shared_array_overrun_further_is_named_shared():
+    # tile[40] of a 32-float tile was named a __global__ write 16 MB past a tensor
+    out = torch.zeros(32)
+    with ab.sanitize(), pytest.raises(ab.MemcheckError) as info:
+        run("static_at", out, out, n=40)
+    e = info.value
+    assert (e.space, e.location, e.thread) == ("shared", line_of("static-at"),
+                                               (0, 0, 0))
+    assert e.detail.startswith("is 32 bytes past the end of a 128-byte __shared__ "
+                               "variable at 0x")
+
+
+@pytest.mark.parametrize("n, detail", [
+    (-1, "is 4 bytes before the start of the block's 128 bytes of dynamic shared "
+         "memory"),
+    (59136, "is 236416 bytes past the end of the block's 128 bytes of dynamic shared "
+            "memory"),
+    (1 << 20, "is 4194176 bytes past the end of the block's 128 bytes of dynamic "
+              "shared memory")])
+def test_dynamic_shared_memory_before_and_far_past_is_named(n, detail):
+    # buf[-1] and buf past the emulator's 227 KiB went unreported
+    out = torch.zeros(32)
+    with ab.sanitize(), pytest.raises(ab.MemcheckError) as info:
+        run("dynamic_at", out, out, n=n, smem=128)
+    e = info.value
+    assert (e.space, e.location) == ("shared", line_of("dynamic-at"))
+    assert e.detail == detail
+
+
 def test_atomic_past_the_end():
     out = torch.zeros(8)
     with ab.sanitize(), pytest.raises(ab.MemcheckError) as info:

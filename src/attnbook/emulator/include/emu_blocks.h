@@ -328,14 +328,16 @@ struct Runtime {
   struct Fault { int signo, code, thread; uintptr_t addr, pc; bool write; } fault{};
   // Where on_fault runs: a fiber that overflowed its stack has none left.
   alignas(16) char signal_stack[64 * 1024];
-  // Dynamic shared memory: this worker's, reused by each block it runs. Only the pages
-  // of the bytes the launch asked for are accessible (smem_open of them, whole pages),
-  // so that a kernel using more faults as on a GPU.
-  alignas(kPageBytes) unsigned char dynamic_smem[kDynamicSmemBytes];
   size_t smem_open = kDynamicSmemBytes;
   size_t smem_bytes = 0;   // what the launch asked for
   struct StaticShared { void* addr; size_t bytes; uint64_t epoch; };
   std::vector<StaticShared> static_smem;   // epoch: the block that last poisoned it
+  // Dynamic shared memory: this worker's, reused by each block it runs, last. Only the
+  // pages of the bytes the launch asked for are accessible (smem_open of them, whole
+  // pages), and neither the page below it nor kSmemGuardAbove bytes above it ever are,
+  // so that a kernel using more, or less than index 0, faults as on a GPU.
+  alignas(kPageBytes) unsigned char smem_below[kPageBytes];
+  alignas(kPageBytes) unsigned char dynamic_smem[kDynamicSmemBytes];
 };
 
 // Emulator code called from kernel code (barriers, collectives) reads other threads'
@@ -371,7 +373,10 @@ inline Runtime& rt() {
 }
 
 // The Runtime fills the arena's first slots; fiber i's stack is in the i-th slot after.
-constexpr size_t kRuntimeSlots = (sizeof(Runtime) + kSlotBytes - 1) / kSlotBytes;
+constexpr size_t kSmemGuardAbove = size_t(16) << 20;   // address space, never mapped
+constexpr size_t kRuntimeSlots =
+    (sizeof(Runtime) + kSmemGuardAbove + kSlotBytes - 1) / kSlotBytes;
+static_assert(sizeof(Runtime) % kPageBytes == 0, "the guard above starts on a page");
 static_assert((kMaxThreads + kRuntimeSlots) * kSlotBytes <= kArenaBytes, "small arena");
 inline char* slot(Runtime& r, int fiber) {
   return reinterpret_cast<char*>(&r) + (fiber + kRuntimeSlots) * kSlotBytes;

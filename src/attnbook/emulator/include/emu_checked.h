@@ -216,8 +216,8 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(
   auto base = reinterpret_cast<uintptr_t>(&r);
   c.ok_len = 0;
   if (a >= base && a < base + kArenaBytes) {
-    if (a >= c.dyn && a < c.dyn + kDynamicSmemBytes) {
-      if (a + n > c.dyn + c.smem && check)
+    if (a + kPageBytes >= c.dyn && a < c.dyn + kDynamicSmemBytes + kSmemGuardAbove) {
+      if ((a < c.dyn || a + n > c.dyn + c.smem) && check)
         bad_access(r, c, kDynamicPastEnd, a, n, kind, pc);
       if (atomic) return;   // atomics never race
       if (c.mode & kRacecheck)
@@ -255,7 +255,11 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(
   if (!write && a >= c.params && a + n <= c.params + c.params_bytes) return;
   for (const Span& d : session().module_data)
     if (a >= d.lo && a + n <= d.hi) return;
-  if (check) bad_access(r, c, kGlobalMemory, a, n, kind, pc);
+  // Just outside this worker's static __shared__ variables: one of them overrun.
+  constexpr uintptr_t kNear = 64 * 1024;
+  const bool near_static = a + kNear >= c.tls_lo && a < c.tls_hi + kNear;
+  if (check)
+    bad_access(r, c, near_static ? kStaticShared : kGlobalMemory, a, n, kind, pc);
 }
 
 ATTNBOOK_HOT inline void access(const void* p, size_t n, bool write, void* ret,

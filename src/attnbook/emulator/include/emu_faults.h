@@ -146,11 +146,12 @@ inline std::string fault_message(Runtime& r) {
   } else if (f.signo == SIGILL) {
     memory = false;
     msg += "illegal instruction (SIGILL)";
-  } else if (f.addr >= dyn && f.addr < dyn + kDynamicSmemBytes) {
+  } else if (f.addr + kPageBytes >= dyn &&
+             f.addr < dyn + kDynamicSmemBytes + kSmemGuardAbove) {
     std::snprintf(buf, sizeof buf,
-                  "out-of-bounds shared memory access: byte %zu of dynamic shared "
+                  "out-of-bounds shared memory access: byte %lld of dynamic shared "
                   "memory, of which the launch gave the block %zu bytes (SIGSEGV)",
-                  size_t(f.addr - dyn), r.smem_bytes);
+                  (long long)(f.addr - dyn), r.smem_bytes);
     msg += buf;
   } else if (f.addr >= fibers && f.addr - fibers < kArenaBytes - kRuntimeSlots *
                                                         kSlotBytes &&

@@ -214,8 +214,10 @@ inline Runtime& own_runtime() {
   Runtime*& r = worker_runtime();
   if (!r) {   // never destroyed: an abandoned fiber may still point into it
     char* a = reserve_arena();
-    commit(a, kRuntimeSlots * kSlotBytes);
+    commit(a, sizeof(Runtime));   // the guard above dynamic_smem stays unmapped
     r = new (a) Runtime();
+    if (mprotect(r->smem_below, kPageBytes, PROT_NONE))
+      throw std::runtime_error("emulator: cannot guard dynamic shared memory");
     auto base = reinterpret_cast<uintptr_t>(a);
     __atomic_store_n(&arenas[(base / kArenaBytes) % kArenaTable], r, __ATOMIC_RELEASE);
     use_signal_stack(*r);
