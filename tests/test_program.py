@@ -104,8 +104,8 @@ def test_learners_idioms_run_as_nvcc_builds_them():
 
 
 def test_a_program_checks_its_kernel_against_the_emulators_cublas():
-    """SGEMM, transposed, alpha and beta, GemmEx from fp16 to fp32 and the strided batch,
-    each against the program's own kernel; a bad leading dimension refused (every
+    """SGEMM, transposed, alpha and beta, GemmEx from fp16 to fp32 and the strided
+    batch, each against the program's own kernel; a bad leading dimension refused (every
     cuBLAS call failed to compile before)."""
     done = run(str(PROGRAMS / "cublas_check.cu"))
     assert done.returncode == 0, done.stderr

@@ -312,8 +312,9 @@ def test_more_local_memory_than_a_gpu_allows_is_a_compile_error():
     src = "__global__ void big(float* c) {\n  volatile float a[131088];\n" \
           "  for (int j = 0; j < 131088; ++j) a[j] = j;\n  c[0] = a[7];\n}\n" \
           "void launch(float* c) { big<<<1, 1>>>(c); }\n"
-    with pytest.raises(ab.CompileError, match=r"(?s)frame size of \d+ bytes is larger "
-                                              r"than 5243\d\d.*at most 512 KiB of local"):
+    with pytest.raises(ab.CompileError, match=r"(?s)frame size of \d+ bytes is "
+                                              r"larger than 5243\d\d.*at most 512 KiB "
+                                              r"of local"):
         ab.compile("faults_local", src, "void launch(float*);\n"
                    "void run(at::Tensor c) { launch(c.data_ptr<float>()); }", ["run"],
                    backend="emulator")

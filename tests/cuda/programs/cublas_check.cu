@@ -1,5 +1,6 @@
 // A program that checks its own GEMM kernel against cuBLAS, as tutorials do: the
-// emulator's cuBLAS runs the reference. Prints "name ok" for each check, or what it got.
+// emulator's cuBLAS runs the reference. Prints "name ok" for each check, or "name
+// wrong".
 #include <cmath>
 #include <cstdio>
 #include <cublas_v2.h>
