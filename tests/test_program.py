@@ -94,13 +94,14 @@ def test_learners_idioms_run_as_nvcc_builds_them():
     template arguments a launch deduces, NULL for a pointer, an atomic given a value
     of another type, cooperative groups' scans (each once stopped the build or the
     launch)."""
-    done = run(str(PROGRAMS / "learner_idioms.cu"))
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == [
-        word for name in ("macro_launch", "overload", "overload_int", "deduced",
-                          "explicit", "null_argument", "atomic_conversion",
-                          "atomic_float", "scan", "macro_asm")
-        for word in (name, "ok")]
+    for checked in ([], ["--sanitize"]):   # a deduced launch under memcheck too
+        done = run(*checked, str(PROGRAMS / "learner_idioms.cu"))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == [
+            word for name in ("macro_launch", "overload", "overload_int", "deduced",
+                              "explicit", "null_argument", "atomic_conversion",
+                              "atomic_float", "scan", "macro_asm")
+            for word in (name, "ok")]
 
 
 def test_a_program_checks_its_kernel_against_the_emulators_cublas():

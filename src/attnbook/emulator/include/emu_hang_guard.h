@@ -205,17 +205,16 @@ inline int64_t seconds_from_env(const char* name, double unset) {
       throw std::invalid_argument(std::string(name) + " must be a number of seconds "
                                   ">= 0, got '" + s + "'");
   }
-  return sec > 1e9 ? 0 : int64_t(sec * 1e9);
+  return sec < 0 ? -1 : sec > 1e9 ? 0 : int64_t(sec * 1e9);
 }
 
-// The job's limits: a time budget for the whole launch where one is set, else the stall
-// guard; ATTNBOOK_EMU_TIMEOUT=0 turns both off.
+// The job's limits: the stall guard, and a time budget for the whole launch where one
+// is set; ATTNBOOK_EMU_TIMEOUT=0 turns both off.
 inline void limits_from_env(Job& job) {
-  job.budget_ns = seconds_from_env("ATTNBOOK_EMU_TIMEOUT", 0);
-  const char* total = std::getenv("ATTNBOOK_EMU_TIMEOUT");
-  const bool none = total && *total && job.budget_ns == 0;
+  const int64_t total = seconds_from_env("ATTNBOOK_EMU_TIMEOUT", -1);   // -1: unset
+  job.budget_ns = std::max<int64_t>(total, 0);
   job.stall_ns =
-      none ? 0 : seconds_from_env("ATTNBOOK_EMU_STALL", kDefaultStallSeconds);
+      total == 0 ? 0 : seconds_from_env("ATTNBOOK_EMU_STALL", kDefaultStallSeconds);
 }
 
 // The exception of a cancelled launch: what was left, and why.

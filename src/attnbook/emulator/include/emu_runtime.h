@@ -391,6 +391,19 @@ struct LaunchConfig {
     job.nblocks = uint64_t(grid.x) * grid.y * grid.z;
     launch(job);
   }
+
+  // Run `call` on every thread, each with its own copy of `params` (a tuple). The
+  // closure holds `call` itself: each thread copies it onto its own stack (fiber_main),
+  // where the checked build lets kernel code read it.
+  template <class Call, class Params>
+  void run_call(const Call& call, Params& params) {
+    struct Closure {
+      Call c;
+      Params* p;
+      void operator()() const { std::apply(c, *p); }
+    } closure{call, &params};
+    run(&fiber_main<Closure>, &closure, &params, sizeof params);
+  }
 };
 
 // `kernel<<<grid, block, smem, stream>>>(args)` becomes
@@ -429,13 +442,7 @@ struct Launch : Configurable<Launch<P...>> {
   void operator()(A&&... args) {
     static_assert(sizeof...(A) == sizeof...(P), "wrong number of kernel arguments");
     std::tuple<P...> params(parameter<P>(std::forward<A>(args))...);
-    struct Closure {
-      void (*k)(P...);
-      std::tuple<P...>* p;
-      // Each thread gets its own copy of the parameters.
-      void operator()() const { std::apply(k, *p); }
-    } closure{kernel, &params};
-    this->run(&fiber_main<Closure>, &closure, &params, sizeof params);
+    this->run_call(kernel, params);
   }
 };
 
@@ -463,12 +470,7 @@ struct DeducedLaunch : Configurable<DeducedLaunch<Call>> {
   template <class... A>
   void operator()(A&&... args) {
     std::tuple<std::decay_t<A>...> params(std::forward<A>(args)...);
-    struct Closure {
-      Call* c;
-      std::tuple<std::decay_t<A>...>* p;
-      void operator()() const { std::apply(*c, *p); }
-    } closure{&call, &params};
-    this->run(&fiber_main<Closure>, &closure, &params, sizeof params);
+    this->run_call(call, params);
   }
 };
 
