@@ -361,7 +361,7 @@ def test_load_extension_checks_its_input():
 
 def test_load_extension_takes_the_name_first_as_torch_load_does():
     # learners' load("my_ext", sources=[...]) was refused: two sources of a module
-    mod = ab.load_extension("two_files", sources=TWO_FILES,
+    mod = ab.load_extension("two_files", sources=iter(TWO_FILES),   # any iterable
                             extra_cflags=["-DFACTOR=3"], backend="emulator")
     torch.testing.assert_close(mod.scale(torch.arange(30.), 2.0, False),
                                torch.arange(30.) * 6)

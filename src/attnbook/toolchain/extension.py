@@ -81,10 +81,11 @@ def load_extension(path_or_text=None, name: str | None = None, *, sources=None,
         name, path_or_text = path_or_text, None   # torch's load("name", sources=[...])
     if (path_or_text is None) == (sources is None):
         raise TypeError("give one extension file (path_or_text) or sources=[...]")
-    if isinstance(sources, (str, os.PathLike)):
-        sources = [sources]                       # as torch's load takes one path
-    if sources is not None and not list(sources):
-        raise TypeError("sources must name at least one file, got none")
+    if sources is not None:   # one path, as torch's load takes it, or any iterable
+        sources = [sources] if isinstance(sources, (str, os.PathLike)) else \
+            list(sources)
+        if not sources:
+            raise TypeError("sources must name at least one file, got none")
     files = [_source(path_or_text)] if sources is None else \
         [_source(pathlib.Path(f)) for f in sources]
     name = name or (files[0][1].stem if files[0][1] else "extension")
