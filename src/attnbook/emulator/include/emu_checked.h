@@ -255,11 +255,16 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(
   if (!write && a >= c.params && a + n <= c.params + c.params_bytes) return;
   for (const Span& d : session().module_data)
     if (a >= d.lo && a + n <= d.hi) return;
-  // Just outside this worker's static __shared__ variables: one of them overrun.
-  constexpr uintptr_t kNear = 64 * 1024;
-  const bool near_static = a + kNear >= c.tls_lo && a < c.tls_hi + kNear;
-  if (check)
-    bad_access(r, c, near_static ? kStaticShared : kGlobalMemory, a, n, kind, pc);
+  // Nearer a static __shared__ variable of this block than any allocation, and within
+  // 64 KiB of it: that variable overrun (the thread-local block may sit in the heap).
+  auto gap = [&](const Span& s) {
+    return a >= s.hi ? a - s.hi : a + n <= s.lo ? s.lo - a - n : 0;
+  };
+  uintptr_t to_static = UINTPTR_MAX, to_global = UINTPTR_MAX;
+  for (int i = 0; i < c.nlive; ++i) to_static = std::min(to_static, gap(c.live[i]));
+  for (const Span& g : session().allocations) to_global = std::min(to_global, gap(g));
+  const bool shared = to_static < 64 * 1024 && to_static < to_global;
+  if (check) bad_access(r, c, shared ? kStaticShared : kGlobalMemory, a, n, kind, pc);
 }
 
 ATTNBOOK_HOT inline void access(const void* p, size_t n, bool write, void* ret,
