@@ -85,11 +85,17 @@ at::Tensor run_wrong_new(int64_t which, int64_t block, int64_t who, int64_t i,
   return out;
 }
 void run_fill(at::Tensor out) { launch_fill(out.data_ptr<float>()); }
+at::Tensor run_fill_then(bool fail, at::Tensor out) {   // a check after the kernel
+  launch_fill(out.data_ptr<float>());
+  TORCH_CHECK(!fail, "the wrapper's check after the kernel failed");
+  return out;
+}
 void run_tiny(at::Tensor out) { launch_tiny(out.data_ptr<float>()); }
 void run_spin(at::Tensor out) { launch_spin(out.data_ptr<float>()); }
 """
 
-FUNCTIONS = ["run_wrong", "run_wrong_new", "run_fill", "run_tiny", "run_spin"]
+FUNCTIONS = ["run_wrong", "run_wrong_new", "run_fill", "run_fill_then", "run_tiny",
+             "run_spin"]
 
 
 def build():
@@ -221,6 +227,42 @@ def test_guarded_calls_keep_views_in_place_writes_and_returned_tensors(ext):
     assert whole[0] == 1
     out = ext.run_wrong_new(0, 3, 63, 255, 256)   # thread 255 writes 1, not 255
     assert out[255] == 1 and torch.equal(out[:255], torch.arange(255.))
+
+
+@pytest.mark.parametrize("i, place", [(-1, "4 bytes before the start"),
+                                      (-24, "96 bytes before the start"),
+                                      (999, "0 bytes past the end")])
+def test_a_write_just_beside_a_tensor_is_found_after_the_call(ext, i, place):
+    # 999 floats end 4 bytes short of 16-byte alignment and start 96 bytes after a
+    # page does: writes there hit no guard page; d[-1] went unnoticed
+    out = torch.zeros(999)
+    with pytest.raises(ab.KernelFault, match=rf"^run_wrong: a kernel wrote {place} "
+                                             r"of a 3996-byte tensor \(the bytes "
+                                             r"there changed during the call\); "
+                                             r"ab.sanitize\(\) names the line$"):
+        ext.run_wrong(0, 0, 0, i, 0, out)
+    ext.run_wrong(0, 0, 0, 998, 0, out)        # the next call is clean
+    assert out[998] == 1
+    fill_works(ext)
+
+
+def test_a_tensor_subclass_is_guarded_as_its_tensor(ext):
+    faults = faults_in_child("ext.run_wrong(0, 1, 5, 256 + 4000, 0, "
+                             "out.as_subclass(type('Sub', (torch.Tensor,), {})))")
+    for fault in faults:
+        assert "16000 bytes past the end of a 1024-byte tensor" in fault, fault
+    sub = torch.zeros(256).as_subclass(type("Sub", (torch.Tensor,), {}))
+    ext.run_fill(sub)
+    assert torch.equal(sub.as_subclass(torch.Tensor),
+                       torch.arange(256.) // 64 + torch.arange(256.) % 64)
+
+
+def test_a_call_keeps_a_kernel_s_writes_when_its_wrapper_then_raises(ext):
+    out = torch.zeros(256)
+    with pytest.raises(RuntimeError, match="the wrapper's check after the kernel"):
+        ext.run_fill_then(True, out)
+    assert torch.equal(out, torch.arange(256.) // 64 + torch.arange(256.) % 64)
+    assert ext.run_fill_then(False, out) is out   # as torch's loader returns it
 
 
 def mappings():

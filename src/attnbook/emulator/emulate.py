@@ -155,6 +155,8 @@ def _guarded(fn, twin, path, guard_memory):
             if guard_memory:
                 return guard.guarded_call(fn, path, args, kwargs)
             return fn(*args, **kwargs)
+        except guard.GuardFault as e:
+            raise KernelFault(f"{call.__name__}: {e}") from None
         except RuntimeError as e:
             for pattern, cls in _STOPPED:
                 if type(e) is RuntimeError and pattern.match(str(e)):

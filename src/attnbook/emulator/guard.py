@@ -13,13 +13,20 @@ module from :func:`attnbook.compile` or :func:`attnbook.load_extension` with
 
 so that an access a little past (or before) a tensor faults at once, and
 :class:`~attnbook.emulator.KernelFault` names it: "a write at address 0x…
-(SIGSEGV), 16000 bytes past the end of a 4000-byte tensor". After the call the copies
-are written back into the arguments' storages, and a returned tensor that is a view of
-a copy becomes the same view of the argument. Rounding keeps 16-byte alignment, so up to
-15 bytes past an end go unnoticed, as within a GPU allocation's rounding.
-``ab.sanitize()`` (memcheck) checks every access instead; the package's own, tested,
-ops run without guards (their tensors can be large). The allocator is ``guard.cpp``, a
-library of its own built on first use.
+(SIGSEGV), 16000 bytes past the end of a 4000-byte tensor". The bytes between the
+guard and the tensor (under a page before it, under 16 after it: its end is kept
+16-byte aligned) hold a known pattern; a write there does not fault, so after the call
+the pattern is checked, and a changed byte is a KernelFault naming it the same way ("4
+bytes before the start of a 4000-byte tensor"), without the kernel's line, which
+``ab.sanitize()`` (memcheck, checking every access) gives. A read there goes unnoticed,
+as on a GPU, where it reads a neighbouring allocation.
+
+After the call, whether it returned or raised (a GPU keeps what a kernel wrote when the
+wrapper fails after it), the copies are written back into the arguments' storages; a
+returned argument is the argument itself, and a returned view of a copy becomes the same
+view of the argument. Tensor subclasses are guarded as their tensor. The package's own,
+tested, ops run without guards (their tensors can be large). The allocator is
+``guard.cpp``, a library of its own built on first use.
 """
 from __future__ import annotations
 
@@ -33,7 +40,7 @@ import torch
 
 from .cache import LINK_FLAGS, build_lock, cpp_extension, quiet_build
 
-__all__ = ["guarded_call"]
+__all__ = ["guarded_call", "GuardFault"]
 
 _lock = threading.Lock()
 _depth = 0          # calls in progress, on any Python thread
@@ -51,7 +58,9 @@ def _allocator() -> ctypes.CDLL:
                                   extra_cflags=["-O2"],
                                   extra_ldflags=list(LINK_FLAGS),
                                   is_python_module=False)
-    return ctypes.CDLL(path)
+    lib = ctypes.CDLL(path)
+    lib.attnbook_guard_mark.restype = ctypes.c_uint64
+    return lib
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,6 +74,11 @@ def _library(path: str):
     lib.attnbook_set_describe_address.argtypes = [ctypes.c_void_p]
     lib.attnbook_set_describe_address(describe)
     return lib
+
+
+class GuardFault(RuntimeError):
+    """A call changed the bytes beside a guarded tensor (emulate.py makes it a
+    KernelFault)."""
 
 
 def _enter() -> None:
@@ -94,14 +108,26 @@ class _Copies:
 
     def __init__(self):
         self.pairs = {}   # storage address -> (its storage, the copy's)
+        self.swapped = {}   # id(a swapped argument) -> (it, the argument)
 
     def swap(self, t):
         if isinstance(t, (list, tuple)):
             return type(t)(self.swap(x) for x in t)
-        if (type(t) not in (torch.Tensor, torch.nn.Parameter) or t.device.type != "cpu"
-                or t.layout != torch.strided or t.untyped_storage().nbytes() == 0):
+        if not isinstance(t, torch.Tensor):
             return t
-        storage = t.untyped_storage()
+        with torch._C.DisableTorchFunctionSubclass():   # a subclass as its tensor
+            try:
+                if (t.device.type != "cpu" or t.layout != torch.strided
+                        or t.untyped_storage().nbytes() == 0):
+                    return t
+                storage = t.untyped_storage()
+            except (RuntimeError, NotImplementedError):   # a wrapper without storage
+                return t
+            view = self._view_of_copy(t, storage)
+        self.swapped[id(view)] = (view, t)
+        return view
+
+    def _view_of_copy(self, t, storage):
         key = storage.data_ptr()
         if key not in self.pairs:
             copy = torch.empty(storage.nbytes(), dtype=torch.uint8)   # guarded
@@ -116,9 +142,12 @@ class _Copies:
             _copy_bytes(original, copy)
 
     def unswap(self, result):
-        """``result`` with each view of a copy made a view of its original."""
+        """``result`` with each swapped argument made the argument again and each
+        other view of a copy a view of its original."""
         if isinstance(result, (list, tuple)):
             return type(result)(self.unswap(x) for x in result)
+        if id(result) in self.swapped and self.swapped[id(result)][0] is result:
+            return self.swapped[id(result)][1]
         if (isinstance(result, torch.Tensor) and result.device.type == "cpu"
                 and result.layout == torch.strided):
             for original, copy in self.pairs.values():
@@ -136,6 +165,8 @@ def guarded_call(fn, path: str, args, kwargs):
     if _library(path) is None:
         return fn(*args, **kwargs)
     copies = _Copies()
+    allocator = _allocator()
+    since = allocator.attnbook_guard_mark()
     _enter()
     try:
         with torch.no_grad():
@@ -144,5 +175,10 @@ def guarded_call(fn, path: str, args, kwargs):
         result = fn(*args, **kwargs)
     finally:
         _leave()
-    copies.write_back()
+        copies.write_back()
+    found = ctypes.create_string_buffer(200)
+    allocator.attnbook_guard_check(ctypes.c_uint64(since), found, len(found))
+    if found.value:
+        raise GuardFault(f"a kernel wrote{found.value.decode()[1:]} (the bytes there "
+                         "changed during the call); ab.sanitize() names the line")
     return copies.unswap(result)
