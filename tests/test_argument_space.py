@@ -89,8 +89,7 @@ def attention_calls(draw):
                   attn_mask=(b, h, sq, sk), key_lengths=(b,))
     # half the draws are of the kind the argument takes, often valid
     plausible = dict(
-        q=tensors(shapes["q"], [torch.float32]), k=tensors(shapes["k"], [torch.float32]),
-        v=tensors(shapes["v"], [torch.float32]),
+        **{n: tensors(shapes[n], [torch.float32]) for n in ("q", "k", "v")},
         attn_mask=st.one_of(st.none(), tensors(shapes["attn_mask"],
                                                [torch.bool, torch.float32])),
         key_lengths=st.one_of(st.none(), tensors((b,), [torch.int32, torch.int64],
