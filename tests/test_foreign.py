@@ -344,6 +344,65 @@ def test_a_loaded_extension_runs_its_checked_build_inside_sanitize():
     assert len(report.launches) == 1
 
 
+@pytest.fixture(scope="module")
+def scaler():
+    return ab.load_extension(HERE / "classes" / "scaler.cu", backend="emulator")
+
+
+def test_a_binding_s_classes_attributes_and_submodules_are_as_under_torch(scaler):
+    # the attribute came back as a function, isinstance raised, the submodule's
+    # function was an AttributeError
+    assert scaler.BLOCK == 256 and scaler.Scaler.block() == 256
+    x = torch.arange(300.)
+    three = scaler.Scaler(3.0)
+    assert isinstance(three, scaler.Scaler) and three.s == 3.0
+    torch.testing.assert_close(three.run(x), 3 * x)
+    three.s = 0.5
+    torch.testing.assert_close(three.run(x=x), x / 2)
+    assert scaler.rounding_number(scaler.Rounding.toward_zero) == 1
+    torch.testing.assert_close(scaler.helpers.twice(x), 2 * x)
+    with pytest.raises(RuntimeError, match="x: float32 on the GPU"):
+        three.run(x.double())
+
+
+def test_a_method_s_fault_is_a_kernel_fault_with_its_line(scaler):
+    # a plain RuntimeError at @pc(0x...) before, the write unguarded
+    with pytest.raises(ab.KernelFault, match=r"kernel 'scale_kernel', block \(0,0,0\)"
+                                             r", thread \(0,0,0\): .* 15980 bytes past "
+                                             r"the end of a 20-byte tensor at "
+                                             r"scaler\.cu:11"):
+        scaler.Scaler(1.0).run(torch.zeros(5), 4000)
+    with pytest.raises(ab.KernelFault, match="a kernel wrote 0 bytes past the end of "
+                                             "a 20-byte tensor"):
+        scaler.Scaler(1.0).run(torch.zeros(5), 5)
+
+
+def test_a_binding_s_classes_run_checked_inside_sanitize(scaler):
+    # "generic_type: type 'Scaler' is already registered!" at any call before
+    made_outside = scaler.Scaler(2.0)
+    x = torch.arange(5.)
+    past_end = (r"invalid __global__ write .* at scaler\.cu:11 .* 0 bytes past the "
+                r"end of a 20-byte allocation")
+    with ab.sanitize():
+        inside = scaler.Scaler(2.0)
+        assert isinstance(inside, scaler.Scaler) and inside.s == 2.0
+        torch.testing.assert_close(inside.run(x), 2 * x)
+        with pytest.raises(ab.MemcheckError, match=past_end):
+            inside.run(x, 5)
+        with pytest.warns(UserWarning, match="Scaler.run: the object was made outside "
+                                             "attnbook.sanitize"):
+            torch.testing.assert_close(made_outside.run(x), 2 * x)
+        torch.testing.assert_close(scaler.helpers.twice(x), 2 * x)
+        assert scaler.Scaler.block() == 256
+        assert scaler.rounding_number(scaler.Rounding.nearest) == 0
+    with ab.profile() as report:
+        scaler.Scaler(1.0).run(x)
+        scaler.helpers.twice(x)
+    assert [launch.kernel for launch in report.launches] == ["scale_kernel"] * 2
+    assert isinstance(made_outside, scaler.Scaler)
+    torch.testing.assert_close(inside.run(x), 2 * x)   # an object keeps its build
+
+
 def test_load_extension_checks_its_input():
     with pytest.raises(ValueError, match="ASCII identifier"):
         ab.load_extension("PYBIND11_MODULE(x, m) {}", name="résumé",

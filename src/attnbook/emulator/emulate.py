@@ -62,9 +62,12 @@ time.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import pathlib
 import re
+import types
+import warnings
 
 from . import guard, sanitizer
 
@@ -146,11 +149,13 @@ _STOPPED = ((re.compile(r"kernel '[^']*' was interrupted after"), KernelInterrup
                         r"\b"), KernelFault))
 
 
-def _guarded(fn, twin, path, guard_memory):
-    def call(*args, **kwargs):
-        mode = sanitizer.mode() if twin is not None else 0
-        if mode:
-            return sanitizer.run_checked(twin(), call.__name__, mode, args, kwargs)
+def _guarded(fn, path, counterpart, guard_memory):
+    """``fn`` of the library at ``path``, raising :class:`KernelFault` and its kin
+    (pybind11 raises RuntimeError). Inside sanitize() and profile(), ``counterpart``
+    says what runs: a callable returning the (plain call, library) of the checked
+    build's counterpart; "self" for a function of a checked build, run checked
+    itself; None: ``fn`` as outside them."""
+    def plain(*args, **kwargs):
         try:
             if guard_memory:
                 return guard.guarded_call(fn, path, args, kwargs)
@@ -162,25 +167,125 @@ def _guarded(fn, twin, path, guard_memory):
                 if type(e) is RuntimeError and pattern.match(str(e)):
                     raise cls(sanitizer.resolve(str(e), path)[0]) from None
             raise
-    call.__wrapped__ = fn
+
+    def call(*args, **kwargs):
+        mode = sanitizer.mode() if counterpart is not None else 0
+        if mode:
+            checked, library = (plain, path) if counterpart == "self" else \
+                counterpart()
+            return sanitizer.run_checked(checked, library, mode, args, kwargs)
+        return plain(*args, **kwargs)
+    call.__wrapped__, call.plain = fn, plain
     call.__name__ = getattr(fn, "__name__", "kernel")
+    call.__qualname__ = getattr(fn, "__qualname__", call.__name__)
     call.__doc__ = getattr(fn, "__doc__", None)
     return call
 
 
-def guard_module(module, functions, twin=None, guard_memory=True):
-    """Make ``functions`` of an emulator extension raise :class:`KernelTimeout` or
-    :class:`KernelInterrupted` for a stopped launch and :class:`KernelFault` for a
-    faulting thread (pybind11 raises RuntimeError), and,
-    given ``twin`` (a callable returning the checked build), run the checked build's
-    function of the same name inside :func:`attnbook.sanitize` or
-    :func:`attnbook.profile`. Outside them, ``guard_memory`` puts the call's tensors
-    between unmapped pages (:mod:`.guard`), so that an access past one faults."""
-    for name in functions:
-        fn = getattr(module, name, None)
-        if fn is not None and not hasattr(fn, "__wrapped__"):
-            setattr(module, name, _guarded(fn, twin, module.__file__, guard_memory))
+def _is_function(obj) -> bool:
+    return type(obj).__name__ == "builtin_function_or_method"
+
+
+def _is_class(obj) -> bool:
+    return isinstance(obj, type) and type(obj).__name__ == "pybind11_type"
+
+
+def _at(module, where):
+    """The attribute at path ``where`` of ``module`` (a class's as stored)."""
+    obj = module
+    for name in where:
+        obj = getattr(obj, name) if isinstance(obj, types.ModuleType) else \
+            inspect.getattr_static(obj, name)
+    return obj
+
+
+class MadeOutsideWarning(UserWarning):
+    """A method of an object made outside sanitize()/profile() ran there unchecked."""
+
+
+def _method(cls, fn, path, twin, guard_memory):
+    """A guarded method of pybind11 class ``cls``. Of the checked build (``twin``
+    None) it runs checked inside sanitize(); of the default build it runs unchecked
+    there, with a warning: the object is of the default build."""
+    if twin is None:
+        return _guarded(fn, path, "self", guard_memory)
+    guarded = _guarded(fn, path, None, guard_memory)
+
+    def method(*args, **kwargs):
+        if sanitizer.mode() and guarded.__name__ != "__init__":
+            warnings.warn(f"{cls.__name__}.{guarded.__name__}: the object was made "
+                          "outside attnbook.sanitize()/profile(), so its methods run "
+                          "unchecked; make it inside to check them",
+                          MadeOutsideWarning, stacklevel=2)
+        return guarded(*args, **kwargs)
+    method.__name__, method.__qualname__ = guarded.__name__, guarded.__qualname__
+    method.__doc__, method.__wrapped__ = guarded.__doc__, fn
+    return method
+
+
+def _guard_class(cls, where, path, twin, guard_memory):
+    """Guard the methods of pybind11 class ``cls``, at ``where`` in its module. Made
+    inside sanitize()/profile(), an object of the default build's class is one of the
+    checked build's."""
+    if "__members__" in vars(cls):   # a py::enum_: no kernels
+        return
+    for name, member in list(vars(cls).items()):
+        if name.startswith("__") and name not in ("__init__", "__call__"):
+            continue
+        if type(member).__name__ == "instancemethod":
+            setattr(cls, name, _method(cls, member.__func__, path, twin, guard_memory))
+        elif isinstance(member, staticmethod) and _is_function(member.__func__):
+            counterpart = "self" if twin is None else (
+                lambda n=name: (_at(twin(), (*where, n)).__func__.plain,
+                                twin().__file__))
+            setattr(cls, name, staticmethod(_guarded(member.__func__, path,
+                                                     counterpart, guard_memory)))
+    if twin is not None:
+        new = cls.__new__
+
+        def made(kind, *args, **kwargs):
+            if kind is cls and sanitizer.mode():
+                return _at(twin(), where)(*args, **kwargs)
+            return new(kind)
+        cls.__new__ = staticmethod(made)
+
+
+def guard_module(module, names, twin=None, guard_memory=True):
+    """Make the functions ``names`` of an emulator extension, and the methods of its
+    pybind11 classes, raise :class:`KernelTimeout` or :class:`KernelInterrupted` for a
+    stopped launch and :class:`KernelFault` for a faulting thread, in its submodules
+    too; other attributes are left as they are. ``twin``: None for a checked build,
+    whose functions then run checked inside :func:`attnbook.sanitize` and
+    :func:`attnbook.profile`; for the default build, a callable returning the checked
+    build of the same files, whose function at the same place runs there instead
+    (inside them, ``module.Cls`` is the checked build's class, and an object is made of
+    it). Outside them, ``guard_memory`` puts the call's tensors between unmapped pages
+    (:mod:`.guard`), so that an access past one faults."""
+    _guard_names(module, names, module.__file__, twin, guard_memory, ())
     return module
+
+
+def _guard_names(module, names, path, twin, guard_memory, where):
+    classes = {}
+    for name in names:
+        obj = getattr(module, name, None)
+        place = (*where, name)
+        if _is_function(obj) and not hasattr(obj, "__wrapped__"):
+            counterpart = "self" if twin is None else (
+                lambda p=place: (_at(twin(), p).plain, twin().__file__))
+            setattr(module, name, _guarded(obj, path, counterpart, guard_memory))
+        elif _is_class(obj):
+            _guard_class(obj, place, path, twin, guard_memory)
+            classes[name] = obj
+        elif isinstance(obj, types.ModuleType) and obj.__name__.startswith(
+                module.__name__ + "."):
+            _guard_names(obj, [n for n in dir(obj) if not n.startswith("_")], path,
+                         twin, guard_memory, place)
+    if twin is not None and classes:   # the checked build's class inside sanitize()
+        module.__class__ = type(type(module).__name__, (type(module),), {
+            name: property(lambda self, c=cls, p=(*where, name):
+                           _at(twin(), p) if sanitizer.mode() else c)
+            for name, cls in classes.items()})
 
 
 def blank_out(source: str, strings: bool) -> str:

@@ -233,8 +233,8 @@ def resolve(message: str, path: str) -> tuple[str, list[str]]:
 
 _libraries: dict[str, ctypes.CDLL] = {}
 # A checked call's session (what its kernels may touch, what they counted) is its
-# library's, from begin to end: calls from several Python threads take turns. They
-# lose nothing by it: a checked launch keeps the GIL.
+# library's, from begin to end: calls from several Python threads take turns (while
+# one launches, the others' Python code runs: a checked launch releases the GIL).
 _one_call = threading.RLock()
 
 
@@ -267,17 +267,16 @@ def _checked_end(lib):
             [counts[8 * i:8 * i + 8] for i in range(ncounts.value)])
 
 
-def run_checked(module, name: str, checks: int, args, kwargs):
-    """Call ``module.name`` (a checked build) with ``checks``, turning what it finds
-    into exceptions and profile counts."""
-    path = module.__file__
+def run_checked(fn, path: str, checks: int, args, kwargs):
+    """Call ``fn`` of the checked build at ``path`` with ``checks``, turning what it
+    finds into exceptions and profile counts."""
     lib = _entry_points(path)
     spans = _storage_spans([*args, *kwargs.values()])
     with _one_call:
         lib.attnbook_checked_begin(checks, (ctypes.c_int64 * len(spans))(*spans),
                                    len(spans))
         try:
-            result = getattr(module, name)(*args, **kwargs)
+            result = fn(*args, **kwargs)
         except RuntimeError as e:
             text = str(e)
             if "memcheck: " in text:

@@ -14,7 +14,10 @@ for a CUDA device or tensor names the CPU (``kCUDA`` → ``kCPU``, ``.cuda()`` �
 ``.cpu()``, ``.is_cuda()`` → ``.is_cpu()``), and c10/ATen's CUDA headers are small
 stand-ins (one stream, no-op device guards). As for :func:`attnbook.compile`, inside
 :func:`attnbook.sanitize` or :func:`attnbook.profile` the module's functions run a
-checked build of the same files, made on first use.
+checked build of the same files, made on first use; its ``py::class_`` and
+``py::enum_`` registrations are made ``py::module_local()``, so that its classes live
+beside the default build's, and an object made there is of the checked build's class
+(see :func:`attnbook.emulator.emulate.guard_module`).
 """
 from __future__ import annotations
 
@@ -48,6 +51,37 @@ def _to_cpu(code: str) -> str:
                    for m in pattern.finditer(masked))
     for start, end, new in reversed(edits):
         code = code[:start] + new + code[end:]
+    return code
+
+
+_BOUND_CLASS = re.compile(r"\b(?:py|pybind11)\s*::\s*(?:class_|enum_)\s*<")
+
+
+def _module_local(code: str) -> str:
+    """Each ``py::class_`` and ``py::enum_`` registered ``py::module_local()``, so
+    that the checked build's classes are its own beside the default build's of the
+    same C++ types (pybind11 refuses a second global registration of a type)."""
+    masked = emulate.blank_out(code, strings=True)
+    ends = []
+    for m in _BOUND_CLASS.finditer(masked):
+        i, depth = m.end(), 1
+        while i < len(masked) and depth:   # past the template arguments
+            depth += {"<": 1, ">": -1}.get(masked[i], 0)
+            i += 1
+        while i < len(masked) and masked[i].isspace():
+            i += 1
+        if masked[i:i + 1] != "(":
+            continue   # a type, not a registration
+        depth, commas = 0, 0
+        for i in range(i + 1, len(masked)):   # to the end of the name argument
+            c = masked[i]
+            if c in ")]}" and depth == 0 or c == "," and depth == 0 and commas:
+                break
+            depth += (c in "([{") - (c in ")]}")
+            commas += c == "," and depth == 0
+        ends.append(i)
+    for i in reversed(ends):
+        code = code[:i] + ", pybind11::module_local()" + code[i:]
     return code
 
 
@@ -154,6 +188,8 @@ class Build:
                     emulate.inline_headers(text, file_name, self.folders))))
             except SyntaxError as e:
                 raise CompileError(f"{file_name}: {e}") from None
+            if checked:   # beside the default build in one process
+                code = _module_local(code)
             first = ""
             if file_name.endswith(".cu"):   # torch's headers, where the file uses
                 # them, before the emulator's (which stand in for CUDA's); a kernel
