@@ -57,6 +57,16 @@ __global__ void foreign_local(const float* x, float* out, int n) {
   out[threadIdx.x] = where[0];  // @foreign
   __syncthreads();
 }
+// Thread 5 writes element n of its own local array of 8, through a pointer (a local
+// whose address escapes is checked).
+__device__ __noinline__ void put(float* a, int i) {
+  a[i] = 1.f;  // @local-past
+}
+__global__ void local_past_end(const float* x, float* out, int n) {
+  float mine[8] = {};
+  if (threadIdx.x == 5) put(mine, n);
+  out[threadIdx.x] = mine[threadIdx.x % 8];
+}
 // Each thread copies 4 floats of x to the tile with cp.async; the bound lets one thread
 // past the end of x.
 __global__ void async_past_end(const float* x, float* out, int n) {
@@ -203,6 +213,7 @@ void launch_checked_case(int which, const float* x, float* out, int n, int block
     case 15: async_shift<<<blocks, threads>>>(x, out, n); break;
     case 16: half_race<<<blocks, threads>>>(x, out, n); break;
     case 17: static_at<<<blocks, threads>>>(out, n); break;
+    case 18: local_past_end<<<blocks, threads>>>(x, out, n); break;
     default: dynamic_at<<<blocks, threads, smem>>>(out, n); break;
   }
 }
@@ -221,7 +232,7 @@ CASES = ["write_past_end", "read_before_start", "dynamic_overrun", "static_overr
          "atomic_past_end", "block_sum", "warp_ordered", "shared_counter", "hidden_war",
          "strided_load", "tile_columns", "wide_loads", "shared_reads",
          "foreign_local", "async_past_end", "async_shift", "half_race", "static_at",
-         "dynamic_at"]
+         "local_past_end", "dynamic_at"]
 
 
 @functools.cache

@@ -47,6 +47,15 @@ __global__ void wrong(int which, int block, int who, long long i, float* out) {
   }
 }
 
+// Thread `who` writes element i of a local array of 8 (its own frame: `wrong`'s holds
+// 480 KiB).
+__global__ void overrun(int who, long long i, float* out) {
+  volatile float local[8];
+  local[0] = threadIdx.x;
+  if (threadIdx.x == who) local[i] = 1.f;
+  out[threadIdx.x] = local[0];
+}
+
 __global__ void fill(float* out) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = blockIdx.x + threadIdx.x;
 }
@@ -65,6 +74,9 @@ void launch_wrong(int which, int block, int who, long long i, int smem, float* o
   wrong<<<4, 64, smem>>>(which, block, who, i, out);
 }
 void launch_fill(float* out) { fill<<<4, 64>>>(out); }
+void launch_overrun(int who, long long i, float* out) {
+  overrun<<<1, 64>>>(who, i, out);
+}
 void launch_tiny(float* out) { tiny<<<2147483647, 1>>>(out); }
 void launch_spin(float* out) { spin<<<4, 32>>>(out); }
 """
@@ -72,6 +84,7 @@ void launch_spin(float* out) { spin<<<4, 32>>>(out); }
 WRAPPER = r"""
 void launch_wrong(int, int, int, long long, int, float*);
 void launch_fill(float*);
+void launch_overrun(int, long long, float*);
 void launch_tiny(float*);
 void launch_spin(float*);
 void run_wrong(int64_t which, int64_t block, int64_t who, int64_t i, int64_t smem,
@@ -85,6 +98,9 @@ at::Tensor run_wrong_new(int64_t which, int64_t block, int64_t who, int64_t i,
   return out;
 }
 void run_fill(at::Tensor out) { launch_fill(out.data_ptr<float>()); }
+void run_overrun(int64_t who, int64_t i, at::Tensor out) {
+  launch_overrun(int(who), i, out.data_ptr<float>());
+}
 at::Tensor run_fill_then(bool fail, at::Tensor out) {   // a check after the kernel
   launch_fill(out.data_ptr<float>());
   TORCH_CHECK(!fail, "the wrapper's check after the kernel failed");
@@ -94,8 +110,8 @@ void run_tiny(at::Tensor out) { launch_tiny(out.data_ptr<float>()); }
 void run_spin(at::Tensor out) { launch_spin(out.data_ptr<float>()); }
 """
 
-FUNCTIONS = ["run_wrong", "run_wrong_new", "run_fill", "run_fill_then", "run_tiny",
-             "run_spin"]
+FUNCTIONS = ["run_wrong", "run_wrong_new", "run_fill", "run_fill_then", "run_overrun",
+             "run_tiny", "run_spin"]
 
 
 def build():
@@ -279,6 +295,21 @@ def test_torch_s_allocator_is_back_after_a_call_and_after_a_fault(ext):
     assert mappings() - before < 50, len(kept)
 
 
+def test_a_local_array_indexed_far_past_its_end_is_named_so(ext):
+    # it was named a stack overflow. Thread 0's stack ends at the next thread's guard.
+    # Inside sanitize() the same fault names it: the checked build's instrumentation
+    # leaves out a local array whose address never escapes.
+    line = next(i for i, text in enumerate(SOURCE.splitlines(), 1)
+                if "local[i] = 1.f" in text)
+    message = (r"kernel 'overrun', block \(0,0,0\), thread \(0,0,0\): illegal memory "
+               r"access: a write \d+ bytes above the top of the thread's stack \(a "
+               rf"local array indexed past its end\) \(SIGSEGV\) at cell.cu:{line}")
+    for fault in faults_in_child("ext.run_overrun(0, 4000, out)"):
+        assert re.search(message, fault), fault
+    with ab.sanitize(), pytest.raises(ab.KernelFault, match=message):
+        ext.run_overrun(0, 4000, torch.zeros(64))
+
+
 def test_the_fault_is_a_runtime_error_and_names_the_recursions_line(ext):
     with pytest.raises(RuntimeError) as info:
         ext.run_wrong(2, 0, 0, 10**6, 0, torch.zeros(256))
@@ -389,13 +420,16 @@ def test_a_fault_in_a_checked_build_is_an_exception_too(ext):
     fill_works(ext)
 
 
-@pytest.mark.parametrize("n", [1, 2])
-def test_ctrl_c_from_a_python_timer_stops_a_barrier_free_loop(ext, n):
+@pytest.mark.parametrize("n, checks", [(1, None), (2, None), (2, "sanitize"),
+                                      (1, "profile")])
+def test_ctrl_c_from_a_python_timer_stops_a_barrier_free_loop(ext, n, checks):
     # A timer thread of this process sends SIGINT, as the GIL is free while a kernel
-    # runs (the launch touches no Python object).
+    # runs (the launch touches no Python object); inside sanitize() and profile() it
+    # was not, and the launch ran to its time budget.
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     start = time.monotonic()
-    with ab.workers(n), ab.time_budget(20):
+    checked = getattr(ab, checks)() if checks else contextlib.nullcontext()
+    with ab.workers(n), ab.time_budget(20), checked:
         timer.start()
         with pytest.raises(ab.KernelInterrupted, match="kernel 'spin' was interrupted"):
             ext.run_spin(torch.zeros(256))

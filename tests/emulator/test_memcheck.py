@@ -109,6 +109,20 @@ def test_local_memory_of_another_thread():
     assert e.detail == "is in the stack of another thread"
 
 
+@pytest.mark.parametrize("n", [200, 4000])
+def test_a_local_array_indexed_past_its_end_is_named(n):
+    # the bytes above a thread's stack top (up to 64 KiB, staggering the stacks) were
+    # taken as its stack; past them, the next thread's guard was named an overflow
+    x, out = torch.ones(32), torch.zeros(32)
+    with ab.sanitize(), pytest.raises(ab.MemcheckError) as info:
+        run("local_past_end", x, out, n=n)
+    e = info.value
+    assert (e.kind, e.space, e.location) == ("write", "local", line_of("local-past"))
+    assert e.thread == (5, 0, 0)
+    assert re.fullmatch(r"is \d+ bytes above the top of this thread's stack \(a local "
+                        r"array indexed past its end\)", e.detail), e.detail
+
+
 def test_async_copy_past_the_end():
     # cp.async's copy is the emulator's memcpy: checked where the kernel issues it
     x, out = torch.ones(64), torch.zeros(32)

@@ -58,9 +58,9 @@ struct CheckState {
   // The region of the last access that passed (ok_len 0: none), its racecheck records
   // and, for a __shared__ variable, its size.
   uintptr_t ok_lo = 0, ok_len = 0;
-  // The usable part of the last stack slot that passed (far from any user address
-  // until then).
-  uintptr_t stack_lo = uintptr_t(1) << 63;
+  // The usable part of the last stack slot that passed, [stack_lo, + stack_len): the
+  // stack below its top (far from any user address until then).
+  uintptr_t stack_lo = uintptr_t(1) << 63, stack_len = 0;
   Shadows ok_sh;   // from the word at ok_base
   uintptr_t ok_base = 0;
   size_t ok_var = 0;
@@ -173,6 +173,7 @@ ATTNBOOK_UNCHECKED inline void on_block_start(Runtime& r, const Job& job) {
   c.nlive = 0;
   c.ok_len = 0;
   c.stack_lo = uintptr_t(1) << 63;
+  c.stack_len = 0;
   c.dyn_sh = {c.dyn_shadow.data(), c.dyn_sites.data()};
   c.tls_sh = {c.tls_shadow.data(), c.tls_sites.data()};
   c.gen = c.warp_gen.data();

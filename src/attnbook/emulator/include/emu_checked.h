@@ -160,12 +160,16 @@ ATTNBOOK_UNCHECKED inline void log_access(Runtime& r, CheckState& c, uintptr_t a
 }
 
 // Why an access is out of bounds; the message's detail is made only when it is.
-enum Bad { kDynamicPastEnd, kStaticShared, kGuard, kOtherStack, kGlobalMemory };
+enum Bad {
+  kDynamicPastEnd, kStaticShared, kGuard, kAboveStack, kOtherStack, kGlobalMemory
+};
 
 [[noreturn]] ATTNBOOK_COLD inline void bad_access(Runtime& r, CheckState& c, Bad why,
                                                   uintptr_t a, size_t n,
-                                                  const char* kind, uintptr_t pc) {
+                                                  const char* kind, uintptr_t pc,
+                                                  uintptr_t top = 0) {
   std::string d;
+  char buf[160];
   switch (why) {
     case kDynamicPastEnd:
       stop(r, kind, "__shared__", n, a, pc,
@@ -179,12 +183,16 @@ enum Bad { kDynamicPastEnd, kStaticShared, kGuard, kOtherStack, kGlobalMemory };
     case kGuard:
       stop(r, kind, "__local__", n, a, pc,
            "is in the guard below this thread's stack (a stack overflow)");
+    case kAboveStack:   // top: of this thread's stack
+      std::snprintf(buf, sizeof buf, "is %zu bytes above the top of this thread's "
+                    "stack (a local array indexed past its end)",
+                    size_t(std::max(a, top) - top));
+      stop(r, kind, "__local__", n, a, pc, buf);
     case kOtherStack:
       stop(r, kind, "__local__", n, a, pc, "is in the stack of another thread");
     default:
       for (auto f = session().freed.rbegin(); f != session().freed.rend(); ++f)
         if (a < f->hi && a + n > f->lo) {
-          char buf[160];
           std::snprintf(buf, sizeof buf, "is in a %zu-byte allocation at 0x%llx that "
                         "was freed before this access (a use after free)",
                         size_t(f->hi - f->lo), (unsigned long long)f->lo);
@@ -226,15 +234,21 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(
       return;
     }
     if (a < base + sizeof(Runtime)) return;   // the emulator's state (blockIdx, ...)
-    // Local: the stack slot this fiber runs on.
+    // Local: the stack slot this fiber runs on, below the stack's top.
     uintptr_t first = base + kRuntimeSlots * kSlotBytes;
     uintptr_t mine = (sp - first) / kSlotBytes, its = (a - first) / kSlotBytes;
-    uintptr_t lo = first + its * kSlotBytes + kGuardBytes;
-    if (its == mine && a >= lo && a + n <= lo + kSlotBytes - kGuardBytes) {
+    uintptr_t lo = first + mine * kSlotBytes + kGuardBytes;
+    auto top = reinterpret_cast<uintptr_t>(stack_top(r, int(mine)));
+    if (a >= lo && a + n <= top) {
       c.stack_lo = lo;
+      c.stack_len = top - lo;
       return;
     }
-    if (check) bad_access(r, c, its == mine ? kGuard : kOtherStack, a, n, kind, pc);
+    if (check)
+      bad_access(r, c, a + n > top && a >= lo ? kAboveStack
+                       : its == mine          ? kGuard
+                                              : kOtherStack,
+                 a, n, kind, pc, top);
     return;
   }
   if (a >= c.tls_lo && a < c.tls_hi) {   // static __shared__ variables
@@ -279,9 +293,8 @@ ATTNBOOK_HOT inline void access(const void* p, size_t n, bool write, void* ret,
   // The thread's own stack, and the region of the last other access that passed,
   // take most accesses: checked, only racecheck's record is left to keep
   // (race_access calls nothing instrumented but hazard, which looks after itself).
-  constexpr uintptr_t kStack = kSlotBytes - kGuardBytes;
-  if (a - c.stack_lo < kStack && n <= c.stack_lo + kStack - a &&
-      sp - c.stack_lo < kStack && !(c.mode & kProfile))
+  if (a - c.stack_lo < c.stack_len && n <= c.stack_lo + c.stack_len - a &&
+      sp - c.stack_lo < c.stack_len && !(c.mode & kProfile))
     return;
   bool known = !atomic && a - c.ok_lo < c.ok_len && n <= c.ok_lo + c.ok_len - a;
   if (known) {

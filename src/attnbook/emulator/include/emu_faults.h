@@ -134,6 +134,11 @@ inline std::string fault_message(Runtime& r) {
   auto dyn = reinterpret_cast<uintptr_t>(r.dynamic_smem);
   uintptr_t fibers = reinterpret_cast<uintptr_t>(&r) + kRuntimeSlots * kSlotBytes;
   bool memory = true;
+  // In a fiber slot's guard, or in the part of its stack beyond cudaLimitStackSize.
+  const bool stack_guard =
+      f.addr >= fibers && f.addr - fibers < kArenaBytes - kRuntimeSlots * kSlotBytes &&
+      (f.addr - fibers) % kSlotBytes < kGuardBytes + kStackBytes - r.stack_open;
+  const auto top = reinterpret_cast<uintptr_t>(stack_top(r, int(f.thread)));
   if (f.signo == SIGFPE) {
     memory = false;
     msg += f.code == FPE_INTDIV ? "integer division by zero"
@@ -153,10 +158,13 @@ inline std::string fault_message(Runtime& r) {
                   "memory, of which the launch gave the block %zu bytes (SIGSEGV)",
                   (long long)(f.addr - dyn), r.smem_bytes);
     msg += buf;
-  } else if (f.addr >= fibers && f.addr - fibers < kArenaBytes - kRuntimeSlots *
-                                                        kSlotBytes &&
-             (f.addr - fibers) % kSlotBytes <
-                 kGuardBytes + kStackBytes - r.stack_open) {
+  } else if (stack_guard && f.addr >= top) {   // the next slot's: above the stack
+    std::snprintf(buf, sizeof buf,
+                  "illegal memory access: a %s %zu bytes above the top of the "
+                  "thread's stack (a local array indexed past its end) (SIGSEGV)",
+                  f.write ? "write" : "read", size_t(f.addr - top));
+    msg += buf;
+  } else if (stack_guard) {
     memory = false;
     std::snprintf(buf, sizeof buf,
                   "stack overflow: the thread used more than its %zu KiB of stack "

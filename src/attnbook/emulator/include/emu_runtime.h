@@ -283,13 +283,14 @@ inline Pool& pool() {
 }
 
 // Python's other threads (a timer, Jupyter's output) run while a kernel does, as they
-// do while a GPU works: a launch touches no Python object. The checked build keeps the
-// GIL: its allocation records must not change during a launch. Python's API is looked
-// up at run time (the emulator does not include Python's headers), once.
+// do while a GPU works: a launch touches no Python object. In the checked build too:
+// its allocation records change only on the calling thread (torch reports to that
+// thread's profiler), and another thread's checked call waits for this one
+// (sanitizer.py). Python's API is looked up at run time (the emulator does not include
+// Python's headers), once.
 struct GilReleased {
   void* state = nullptr;
   GilReleased() {
-    if constexpr (kChecked) return;
     static auto held = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT,
                                                          "PyGILState_Check"));
     static auto save = reinterpret_cast<void* (*)()>(dlsym(RTLD_DEFAULT,
