@@ -51,6 +51,30 @@ def test_memcheck_finds_a_read_one_past_the_end(sanitize):
     assert "0 bytes past the end of a 4000-byte allocation" in done.stderr
 
 
+def test_memcheck_finds_a_read_into_where_the_next_buffer_would_be():
+    # cudaMalloc's buffers were malloc's chunks, packed: x[n + 39] was y[23], unseen
+    done = run(*OPTIONS, "--sanitize", str(SOURCE), "next")
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"memcheck: invalid __global__ read of size 4 bytes at sums.cu:{LINE}" \
+        in done.stderr
+    assert "156 bytes past the end of a 4000-byte allocation" in done.stderr
+
+
+TWO_FILES = [str(PROGRAMS / "two_files" / name) for name in ("main.cu", "kernels.cu")]
+
+
+def test_a_program_of_two_files_runs_as_nvcc_builds_it():
+    # the runner took one file: SGEMM_CUDA's program (and many others) is two
+    done = run(*TWO_FILES)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"sum {2 * sum(range(300))}\n"
+    done = run("--sanitize", *TWO_FILES, "past")   # the program's argument follows
+    assert done.returncode == 1 and done.stdout == ""
+    assert "memcheck: invalid __global__ read of size 4 bytes at kernels.cu:7 in " \
+           "kernel 'doubled' by thread (43,0,0) in block (2,0,0)" in done.stderr
+    assert "0 bytes past the end of a 1200-byte allocation" in done.stderr
+
+
 def test_memcheck_names_a_use_after_free():
     done = run(*OPTIONS, "--sanitize", str(SOURCE), "freed")
     assert done.returncode == 1

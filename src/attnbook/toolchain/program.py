@@ -1,14 +1,17 @@
 """A CUDA program with its own ``main()``, run on the CPU emulator::
 
     python -m attnbook.toolchain.program run [-I DIR] [-D NAME[=VALUE]] [--sanitize]
-                                             [--arch sm_XY] prog.cu [ARGS...]
+                                             [--arch sm_XY] prog.cu [more.cu ...]
+                                             [ARGS...]
 
 builds ``prog.cu`` (``cudaMalloc``, ``cudaMemcpy``, kernel launches, events: the
-emulator's host API) with the host compiler against the emulator and runs it with
-``ARGS``, as ``nvcc prog.cu -o prog && ./prog ARGS`` would on a GPU: its output, its
-exit status. ``-I`` and ``-D`` are nvcc's; ``--arch`` sets ``__CUDA_ARCH__`` (sm_80 by
-default); ``--sanitize`` builds it checked, memcheck and racecheck on from the start, as
-:func:`attnbook.sanitize` does for a module. An error of a launch (a faulting thread, a
+emulator's host API), and the other source files (``.cu``, ``.cpp``, ``.cc``, ``.c``)
+that follow it, each its own translation unit, with the host compiler against the
+emulator, and runs the program with ``ARGS``, as ``nvcc prog.cu more.cu -o prog &&
+./prog ARGS`` would on a GPU: its output, its exit status. ``-I`` and ``-D`` are
+nvcc's; ``--arch`` sets ``__CUDA_ARCH__`` (sm_80 by default); ``--sanitize`` builds it
+checked, memcheck and racecheck on from the start, as :func:`attnbook.sanitize` does for
+a module. An error of a launch (a faulting thread, a
 failed assert, a memcheck or racecheck report) ends the program with status 1 and its
 message, with the kernel's ``file:line``, on stderr. Executables are cached in torch's
 extension folder, by their text and flags.
@@ -40,26 +43,39 @@ __all__ = ["build", "run", "main"]
 _FLAGS = [f for f in CPU_FLAGS if not f.startswith("-Werror=frame-larger-than")]
 
 
+SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+
+
 def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool = False,
           verbose: bool = False, log=None) -> pathlib.Path:
-    """The executable of the CUDA program ``source`` (a path) for the emulator,
-    compiled unless cached. ``includes``: folders for ``#include``; ``defines``:
-    ``NAME`` or ``NAME=VALUE``; ``log``: where the build's one line goes (by default
-    the ``attnbook`` logger, see :func:`~attnbook.toolchain.compile.report_build`)."""
-    path = pathlib.Path(source)
-    if not path.is_file():
-        raise FileNotFoundError(f"no program {str(path)!r}")
+    """The executable of the CUDA program ``source`` (a path, or a list of the paths
+    of its files) for the emulator, compiled unless cached. ``includes``: folders for
+    ``#include``; ``defines``: ``NAME`` or ``NAME=VALUE``; ``log``: where the build's
+    one line goes (by default the ``attnbook`` logger, see
+    :func:`~attnbook.toolchain.compile.report_build`)."""
+    paths = [pathlib.Path(source)] if isinstance(source, (str, os.PathLike)) else \
+        [pathlib.Path(s) for s in source]
+    if not paths:
+        raise ValueError("a program needs at least one source file")
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"no program {str(path)!r}")
+    if len({p.name for p in paths}) < len(paths):
+        raise ValueError("two source files have one file name")
     if not re.fullmatch(r"sm_\d{2,3}a?", arch):
         raise ValueError(f"arch must look like 'sm_80', got {arch!r}")
-    text = path.read_text()
-    folders = [path.parent, *map(pathlib.Path, includes), pathlib.Path.cwd()]
-    try:
-        code = ptx.to_cpp(emulate.to_cpp(emulate.inline_headers(text, path.name,
-                                                                folders)))
-    except SyntaxError as e:
-        raise CompileError(f"{path.name}: {e}") from None
-    cpp = (f'#include "cuda_emulator.h"\n#line 1 "{path.name}"\n{code}\n'
-           '#include "emu_program.h"\n')
+    folders = [*dict.fromkeys(p.parent for p in paths), *map(pathlib.Path, includes),
+               pathlib.Path.cwd()]
+    texts = {path.name: path.read_text() for path in paths}
+    units = {}   # file name -> the C++ compiled for it
+    for file_name, text in texts.items():
+        try:
+            code = ptx.to_cpp(emulate.to_cpp(emulate.inline_headers(text, file_name,
+                                                                    folders)))
+        except SyntaxError as e:
+            raise CompileError(f"{file_name}: {e}") from None
+        units[file_name] = (f'#include "cuda_emulator.h"\n#line 1 "{file_name}"\n'
+                            f'{code}\n#include "emu_program.h"\n')
     flags = ["-std=c++20", *_FLAGS, "-DATTNBOOK_PROGRAM",
              f"-DATTNBOOK_EMU_ARCH={arch_number(arch)}",
              *(f"-D{d}" for d in defines),
@@ -70,31 +86,38 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
         lib = cpp_extension.library_paths()[0]
         flags += [*CHECKED_FLAGS, "-DATTNBOOK_PROGRAM_CHECKS=3"]
         libraries = [f"-L{lib}", "-lc10", f"-Wl,-rpath,{lib}", *libraries]
-    key = hashlib.sha256("\0".join([cpp, *flags, *libraries, torch.__version__,
-                                    *emulator_headers()]).encode()).hexdigest()[:12]
-    name = re.sub(r"\W", "_", path.stem)
+    key = hashlib.sha256("\0".join([*units, *units.values(), *flags, *libraries,
+                                    torch.__version__, *emulator_headers()]).encode()
+                         ).hexdigest()[:12]
+    name = re.sub(r"\W", "_", paths[0].stem)
     full = f"program_{name}_{'checked' if sanitize else 'emulator'}_{key}"
     folder = build_directory(full, verbose)
     exe = folder / name
     start = time.perf_counter()
     with build_lock(full, verbose):
         if not exe.is_file():
-            (folder / f"{name}.cpp").write_text(cpp)
-            command = [os.environ.get("CXX", "c++"), *flags,
-                       str(folder / f"{name}.cpp"), "-o", str(exe), *libraries]
+            files = []
+            for file_name, cpp in units.items():   # a.cu as a.cu.cpp: C++
+                files.append(folder / f"{file_name}.cpp")
+                files[-1].write_text(cpp)
+            command = [os.environ.get("CXX", "c++"), *flags, *map(str, files), "-o",
+                       str(exe), *libraries]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode:
-                raise CompileError(f"compiling {path.name} failed:\n"
-                                   + short_error(done.stderr, text, path.name))
+                named = [n for n in texts if re.search(re.escape(n) + r"[:(]\d+",
+                                                       done.stderr)]
+                where = named[0] if named else paths[0].name
+                raise CompileError(f"compiling {where} failed:\n"
+                                   + short_error(done.stderr, texts[where], where))
     report_build(name, sanitize, EMULATOR_TARGET, time.perf_counter() - start, log)
     return exe
 
 
 def run(source, args=(), **options) -> int:
-    """Build the program ``source`` (see :func:`build` for ``options``) and run it with
-    ``args``; once it ends, its stdout and stderr are written to this process's (a
-    notebook's cell shows them), each kernel address named by its ``file:line``.
-    Returns its exit status."""
+    """Build the program ``source`` (its path, or its files' paths; see :func:`build`
+    for ``options``) and run it with ``args``; once it ends, its stdout and stderr are
+    written to this process's (a notebook's cell shows them), each kernel address named
+    by its ``file:line``. Returns its exit status."""
     exe = build(source, **options)
     done = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True)
     sys.stdout.write(done.stdout)
@@ -117,10 +140,14 @@ def main(argv=None) -> int:
     parser.add_argument("--sanitize", action="store_true",
                         help="memcheck and racecheck every launch")
     parser.add_argument("program", help="the .cu file")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="the program's")
+    parser.add_argument("args", nargs=argparse.REMAINDER,
+                        help="the program's other source files, then its arguments")
     a = parser.parse_args(argv)
+    sources, args = [a.program], list(a.args)
+    while args and args[0].endswith(SOURCE_SUFFIXES) and os.path.isfile(args[0]):
+        sources.append(args.pop(0))
     try:
-        return run(a.program, a.args, includes=a.includes, defines=a.defines,
+        return run(sources, args, includes=a.includes, defines=a.defines,
                    arch=a.arch, sanitize=a.sanitize, log=sys.stderr)
     except (CompileError, FileNotFoundError, ValueError) as e:
         print(e, file=sys.stderr)

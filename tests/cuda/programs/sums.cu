@@ -1,7 +1,8 @@
 // A CUDA program as one is written for nvcc: its own main(), cudaMalloc, cudaMemcpy, a
 // launch (through a helper of "launch.cuh", found with -I). argv[1] chooses what it
 // does: "sum" prints the sum of 0..n-1 times SCALE (-D), "status" exits with 3, "far"
-// writes far out of bounds, "past" reads one element past the end, "freed" reads x
+// writes far out of bounds, "past" reads one element past the end, "next" 40 past it
+// (where the next buffer would start, were buffers packed), "freed" reads x
 // after freeing it (4 MiB then: memory malloc gives back to the system, which no later
 // allocation of the program or the emulator can reuse before the kernel reads it).
 #include <cstdio>
@@ -21,7 +22,8 @@ int main(int argc, char** argv) {
   if (!std::strcmp(mode, "status")) return 3;
   const int n = 1000;
   long long reach = !std::strcmp(mode, "far") ? (1ll << 40) :
-                    !std::strcmp(mode, "past") ? 1 : 0;
+                    !std::strcmp(mode, "past") ? 1 :
+                    !std::strcmp(mode, "next") ? 40 : 0;
   float host[n];
   for (int i = 0; i < n; ++i) host[i] = float(i);
   const bool freed = !std::strcmp(mode, "freed");

@@ -555,8 +555,12 @@ inline cudaError_t cudaFuncSetAttribute(F* fn, cudaFuncAttribute attr, int value
   grants.emplace_back(reinterpret_cast<const void*>(fn), value);
   return cudaSuccess;
 }
+// As a GPU's, a buffer starts on 256 bytes; a kilobyte past its end belongs to no
+// buffer, so that memcheck names an overrun into it (packed buffers would hide it in
+// the next one) and the default build's overrun corrupts nothing.
 inline cudaError_t cudaMalloc(void** p, size_t n) {
-  *p = std::malloc(n);
+  constexpr size_t kAlign = 256, kRedZone = 1024;
+  *p = std::aligned_alloc(kAlign, (n + kRedZone + kAlign - 1) / kAlign * kAlign);
   if (!*p) return cudaErrorMemoryAllocation;
   ::attnbook_emu::note_allocation(*p, n);   // memory kernels may touch (checked build)
   return cudaSuccess;
