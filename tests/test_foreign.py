@@ -403,6 +403,39 @@ def test_a_binding_s_classes_run_checked_inside_sanitize(scaler):
     torch.testing.assert_close(inside.run(x), 2 * x)   # an object keeps its build
 
 
+def test_torch_library_operators_run_guarded_and_checked_as_torch_ops():
+    # learn-cuda's form: load(..., is_python_module=False), then torch.ops; a module
+    # without PYBIND11_MODULE was refused, and torch.ops calls would pass the guards
+    # and sanitize() by
+    source = [HERE / "operators" / "scale_op.cu"]
+    path = ab.load_extension(name="scale_op", sources=source, is_python_module=False,
+                             backend="emulator")
+    assert path.endswith(".so")
+    scale = torch.ops.attnbook_test_ops.scale
+    x = torch.arange(10.)
+    torch.testing.assert_close(scale(x, 2.0), 2 * x)
+    with pytest.raises(ab.KernelFault, match=r"kernel 'scale_kernel', .* 15960 bytes "
+                                             r"past the end of a 40-byte tensor at "
+                                             r"scale_op\.cu:11"):
+        scale(x, 2.0, 4000)
+    with pytest.raises(ab.KernelFault, match="a kernel wrote 0 bytes past the end of "
+                                             "a 40-byte tensor"):
+        scale(x, 2.0, 10)
+    with ab.sanitize():
+        with pytest.raises(ab.MemcheckError, match=r"invalid __global__ write .* at "
+                                                   r"scale_op\.cu:11 .* 0 bytes past "
+                                                   r"the end of a 40-byte allocation"):
+            scale(x, 2.0, 10)
+        torch.testing.assert_close(scale(x, 3.0, poke=-1), 3 * x)
+    with ab.profile() as report:
+        scale(x, 1.0)
+    assert [launch.kernel for launch in report.launches] == ["scale_kernel"]
+    # loaded again, as a notebook cell run twice does
+    assert ab.load_extension(name="scale_op", sources=source, is_python_module=False,
+                             backend="emulator") == path
+    torch.testing.assert_close(torch.ops.attnbook_test_ops.scale(x, 0.5), x / 2)
+
+
 def test_load_extension_checks_its_input():
     with pytest.raises(ValueError, match="ASCII identifier"):
         ab.load_extension("PYBIND11_MODULE(x, m) {}", name="résumé",

@@ -73,7 +73,7 @@ from . import guard, sanitizer
 
 __all__ = ["to_cpp", "inline_headers", "thread_order", "workers", "ORDERS",
            "time_budget", "KernelTimeout", "KernelInterrupted", "KernelFault",
-           "guard_module", "INCLUDE_DIR"]
+           "guard_module", "guard_function", "INCLUDE_DIR"]
 
 ORDERS = ("forward", "reverse", "shuffle")
 _ENV = "ATTNBOOK_THREAD_ORDER"
@@ -149,7 +149,7 @@ _STOPPED = ((re.compile(r"kernel '[^']*' was interrupted after"), KernelInterrup
                         r"\b"), KernelFault))
 
 
-def _guarded(fn, path, counterpart, guard_memory):
+def guard_function(fn, path, counterpart, guard_memory):
     """``fn`` of the library at ``path``, raising :class:`KernelFault` and its kin
     (pybind11 raises RuntimeError). Inside sanitize() and profile(), ``counterpart``
     says what runs: a callable returning the (plain call, library) of the checked
@@ -208,8 +208,8 @@ def _method(cls, fn, path, twin, guard_memory):
     None) it runs checked inside sanitize(); of the default build it runs unchecked
     there, with a warning: the object is of the default build."""
     if twin is None:
-        return _guarded(fn, path, "self", guard_memory)
-    guarded = _guarded(fn, path, None, guard_memory)
+        return guard_function(fn, path, "self", guard_memory)
+    guarded = guard_function(fn, path, None, guard_memory)
 
     def method(*args, **kwargs):
         if sanitizer.mode() and guarded.__name__ != "__init__":
@@ -238,7 +238,7 @@ def _guard_class(cls, where, path, twin, guard_memory):
             counterpart = "self" if twin is None else (
                 lambda n=name: (_at(twin(), (*where, n)).__func__.plain,
                                 twin().__file__))
-            setattr(cls, name, staticmethod(_guarded(member.__func__, path,
+            setattr(cls, name, staticmethod(guard_function(member.__func__, path,
                                                      counterpart, guard_memory)))
     if twin is not None:
         new = cls.__new__
@@ -273,7 +273,7 @@ def _guard_names(module, names, path, twin, guard_memory, where):
         if _is_function(obj) and not hasattr(obj, "__wrapped__"):
             counterpart = "self" if twin is None else (
                 lambda p=place: (_at(twin(), p).plain, twin().__file__))
-            setattr(module, name, _guarded(obj, path, counterpart, guard_memory))
+            setattr(module, name, guard_function(obj, path, counterpart, guard_memory))
         elif _is_class(obj):
             _guard_class(obj, place, path, twin, guard_memory)
             classes[name] = obj

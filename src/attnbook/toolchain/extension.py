@@ -31,6 +31,7 @@ import torch
 
 from ..emulator import emulate, ptx
 from ..emulator.cache import LINK_FLAGS
+from . import operators
 from .compile import (BACKENDS, CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR,
                       EMULATOR_TARGET, INCLUDE_DIR, CompileError, arch_list,
                       arch_number, build_lock, device_arch, fmad_off, short_error,
@@ -99,14 +100,17 @@ def _source(path_or_text) -> tuple[str, pathlib.Path | None]:
 
 def load_extension(path_or_text=None, name: str | None = None, *, sources=None,
                    extra_cflags=(), extra_cuda_cflags=(), extra_include_paths=(),
-                   backend: str | None = None, arch: str | None = None,
-                   include_dirs=(), verbose: bool = False):
+                   is_python_module: bool = True, backend: str | None = None,
+                   arch: str | None = None, include_dirs=(), verbose: bool = False):
     """Load a torch extension with its own ``PYBIND11_MODULE`` and return the module:
     one CUDA file (``path_or_text``: a path, or its text), or ``sources``, the paths
     of its ``.cpp`` and ``.cu`` files, with ``extra_cflags`` (the C++ compiler's; on
     the emulator, every file's), ``extra_cuda_cflags`` (nvcc's) and
     ``extra_include_paths``, as ``torch.utils.cpp_extension.load`` takes them.
     ``load_extension("name", sources=[...])`` names it as torch's ``load`` does.
+    Operators its ``TORCH_LIBRARY`` blocks register are ``torch.ops.<namespace>.<op>``;
+    with ``is_python_module=False`` (such an extension may have no
+    ``PYBIND11_MODULE``) the library's path is returned, as torch's ``load`` does.
     ``backend``: "cuda", "emulator" or None for this machine's; ``arch`` as for
     :func:`attnbook.compile`. ``#include "x"`` looks beside each file, in
     ``include_dirs`` and ``extra_include_paths``, then in the working directory."""
@@ -125,9 +129,11 @@ def load_extension(path_or_text=None, name: str | None = None, *, sources=None,
     name = name or (files[0][1].stem if files[0][1] else "extension")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name, re.ASCII):
         raise ValueError(f"extension name must be an ASCII identifier, got {name!r}")
-    if not any("PYBIND11_MODULE" in text for text, _ in files):
-        raise CompileError(f"{name}: no file defines a PYBIND11_MODULE; use "
-                           "attnbook.compile for kernel text with a separate wrapper")
+    if is_python_module and not any("PYBIND11_MODULE" in text for text, _ in files):
+        raise CompileError(f"{name}: no file defines a PYBIND11_MODULE (give "
+                           "is_python_module=False for one of TORCH_LIBRARY operators "
+                           "alone); use attnbook.compile for kernel text with a "
+                           "separate wrapper")
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -140,13 +146,21 @@ def load_extension(path_or_text=None, name: str | None = None, *, sources=None,
     if len({n for _, n in named}) < len(named):
         raise ValueError("two sources have one file name")
     build = Build(name, named, folders, list(extra_cflags), list(extra_cuda_cflags),
-                  verbose)
+                  is_python_module, verbose)
     if backend == "emulator":
         module = build.emulated(arch or "sm_80", checked=False)
-        public = [n for n in dir(module) if not n.startswith("_")]
         twin = _Twin(build, arch or "sm_80")
+        operators.guard_operators(_library_file(module), build.namespaces, build.tag,
+                                  twin.library)
+        if not is_python_module:
+            return module
+        public = [n for n in dir(module) if not n.startswith("_")]
         return emulate.guard_module(module, public, twin)
     return build.cuda(arch or device_arch())
+
+
+def _library_file(module) -> str:
+    return module if isinstance(module, str) else module.__file__
 
 
 _TORCH_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:torch|ATen|c10)/', re.M)
@@ -157,7 +171,8 @@ def _key(*parts) -> str:
 
 
 class _Twin:
-    """The checked build of an emulated extension, made on first use."""
+    """The checked build of an emulated extension, made on first use: its module
+    (``twin()``) or, for its operators, its library's path (``twin.library()``)."""
 
     def __init__(self, build, arch):
         self.build, self.arch, self.module = build, arch, None
@@ -165,18 +180,28 @@ class _Twin:
     def __call__(self):
         if self.module is None:
             module = self.build.emulated(self.arch, checked=True)
-            public = [n for n in dir(module) if not n.startswith("_")]
-            self.module = emulate.guard_module(module, public)
+            if not isinstance(module, str):
+                public = [n for n in dir(module) if not n.startswith("_")]
+                module = emulate.guard_module(module, public)
+            self.module = module
         return self.module
+
+    def library(self) -> str:
+        return _library_file(self())
 
 
 class Build:
     """One extension's files (text, file name), where its includes are found, its
     flags."""
 
-    def __init__(self, name, files, folders, cflags, cuda_cflags, verbose):
+    def __init__(self, name, files, folders, cflags, cuda_cflags, is_python_module,
+                 verbose):
         self.name, self.files, self.folders = name, files, folders
         self.cflags, self.cuda_cflags, self.verbose = cflags, cuda_cflags, verbose
+        self.is_python_module = is_python_module
+        self.namespaces = set()   # of its TORCH_LIBRARY blocks, once built
+        # its operators' namespaces in the emulator's builds: by files and flags
+        self.tag = _key(*(t for pair in files for t in pair), *cflags, *cuda_cflags)
 
     def emulated(self, arch, checked):
         """Each file as C++ for the emulator, in the build folder (a .cu file as
@@ -190,6 +215,9 @@ class Build:
                 raise CompileError(f"{file_name}: {e}") from None
             if checked:   # beside the default build in one process
                 code = _module_local(code)
+            self.namespaces |= operators.namespaces(code)
+            code = operators.renamed(code, "checked" if checked else "emulator",
+                                     self.tag)
             first = ""
             if file_name.endswith(".cu"):   # torch's headers, where the file uses
                 # them, before the emulator's (which stand in for CUDA's); a kernel
@@ -229,7 +257,7 @@ class Build:
                     extra_cuda_cflags=cuda_cflags or None,
                     extra_ldflags=list(LINK_FLAGS),
                     extra_include_paths=[str(p) for p in includes],
-                    verbose=self.verbose)
+                    is_python_module=self.is_python_module, verbose=self.verbose)
         except (RuntimeError, ImportError) as e:
             raise CompileError(f"compiling {self.name} failed:\n"
                                f"{self._errors(str(e))}") from None
