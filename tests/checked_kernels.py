@@ -67,6 +67,16 @@ __global__ void local_past_end(const float* x, float* out, int n) {
   if (threadIdx.x == 5) put(mine, n);
   out[threadIdx.x] = mine[threadIdx.x % 8];
 }
+// Every thread stores 1 in one flag (write-after-write, one value), then reads its
+// neighbour's element with no barrier since the neighbour wrote it: the hazard that
+// matters.
+__global__ void flag_then_neighbour(const float* x, float* out, int n) {
+  __shared__ int flag;
+  __shared__ float s[64];
+  flag = 1;  // @flag
+  s[threadIdx.x] = x[threadIdx.x];  // @neighbour-write
+  out[threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];  // @neighbour-read
+}
 // Each thread copies 4 floats of x to the tile with cp.async; the bound lets one thread
 // past the end of x.
 __global__ void async_past_end(const float* x, float* out, int n) {
@@ -214,6 +224,7 @@ void launch_checked_case(int which, const float* x, float* out, int n, int block
     case 16: half_race<<<blocks, threads>>>(x, out, n); break;
     case 17: static_at<<<blocks, threads>>>(out, n); break;
     case 18: local_past_end<<<blocks, threads>>>(x, out, n); break;
+    case 19: flag_then_neighbour<<<blocks, threads>>>(x, out, n); break;
     default: dynamic_at<<<blocks, threads, smem>>>(out, n); break;
   }
 }
@@ -232,7 +243,7 @@ CASES = ["write_past_end", "read_before_start", "dynamic_overrun", "static_overr
          "atomic_past_end", "block_sum", "warp_ordered", "shared_counter", "hidden_war",
          "strided_load", "tile_columns", "wide_loads", "shared_reads",
          "foreign_local", "async_past_end", "async_shift", "half_race", "static_at",
-         "local_past_end", "dynamic_at"]
+         "local_past_end", "flag_then_neighbour", "dynamic_at"]
 
 
 @functools.cache

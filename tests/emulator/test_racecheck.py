@@ -67,6 +67,19 @@ def test_a_race_on_one_half_of_a_word_the_other_half_rewrote():
     assert "thread (0,0,0) wrote" in str(e) and "thread (32,0,0) reads" in str(e)
 
 
+@pytest.mark.parametrize("order", ab.emulator.ORDERS)
+def test_a_read_hazard_is_reported_ahead_of_a_same_value_write(order):
+    # the flag's write-after-write came first and was the report
+    x = torch.arange(64, dtype=torch.float32)
+    with ab.thread_order(order, seed=5), ab.sanitize(), \
+            pytest.raises(ab.RaceError) as info:
+        run("flag_then_neighbour", x, torch.zeros(64), threads=64)
+    e = info.value
+    assert e.hazard in ("read-after-write", "write-after-read")
+    assert set(e.sites) == {line_of("neighbour-write"), line_of("neighbour-read")}
+    assert "more hazards in this block" in str(e)
+
+
 def test_accesses_ordered_within_a_warp_are_no_hazard():
     x, out = torch.arange(32, dtype=torch.float32), torch.zeros(32)
     with ab.sanitize():

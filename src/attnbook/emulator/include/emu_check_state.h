@@ -73,7 +73,7 @@ struct CheckState {
   std::vector<Shadow> dyn_shadow, tls_shadow;
   std::vector<Sites> dyn_sites, tls_sites;
   std::string race;
-  int races = 0;
+  int races = 0, race_rank = 0;   // race_rank: of the hazard `race` reports
   ProfileState profile;
 };
 
@@ -141,7 +141,7 @@ ATTNBOOK_UNCHECKED inline void on_block_start(Runtime& r, const Job& job) {
   c.thread_bar.assign(r.nthreads, 0);
   c.bar_gen = 0;
   c.race.clear();
-  c.races = 0;
+  c.races = c.race_rank = 0;
   if (c.mode & kRacecheck) {
     size_t dyn_words = job.smem / 4 + 1, tls_words = (c.tls_hi - c.tls_lo) / 4 + 1;
     if (c.dyn_shadow.size() < dyn_words) {

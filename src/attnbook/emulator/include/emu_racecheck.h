@@ -24,11 +24,17 @@ ATTNBOOK_UNCHECKED inline bool ordered(const CheckState& c, int a, uint32_t gen,
          (c.bar_sync[a] > bar && c.bar_sync[b] > bar);
 }
 
+// The block's report is its first read-after-write or write-after-read hazard, or,
+// if it has none, its first write-after-write (often two threads storing one value,
+// which a reader of the report would otherwise see ahead of the hazard that matters).
 ATTNBOOK_COLD inline void hazard(Runtime& r, CheckState& c, const char* kind,
                                  int first, uint32_t first_pc, const char* did,
                                  uintptr_t pc, const char* does, uintptr_t a,
                                  size_t var, size_t offset) {
-  if (c.races++) return;
+  const int rank = std::strcmp(kind, "write-after-write") ? 2 : 1;
+  ++c.races;
+  if (rank <= c.race_rank) return;
+  c.race_rank = rank;
   bool was = r.in_kernel;   // what follows is instrumented: not the kernel's accesses
   r.in_kernel = false;
   char region[64];   // var: the __shared__ variable's size, 0 for dynamic shared memory
