@@ -137,3 +137,17 @@ def test_a_program_checks_its_kernel_against_the_emulators_cublas():
     assert done.stdout.split() == [
         word for name in ("sgemm", "sgemm_transposed", "alpha_beta", "gemm_ex_fp16",
                           "strided_batched", "bad_lda") for word in (name, "ok")]
+
+
+@pytest.mark.parametrize("checked", [[], ["--sanitize"]])
+def test_a_program_checks_its_kernel_against_the_emulators_cublaslt(checked):
+    """cuBLASLt's matmul (cublasLtMatmul failed to compile before): fp32, A transposed
+    with a bias and ReLU, a strided batch with beta and a bias, fp16 with ReLU, each
+    against the program's own kernel; an epilogue the emulator lacks (GELU) and a scale
+    type that does not match the compute type are refused, not computed wrong."""
+    done = run(*checked, str(PROGRAMS / "cublaslt_check.cu"))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:4] == [f"{name} ok" for name in ("fp32", "transposed_bias_relu",
+                                                  "batched_beta_bias", "fp16_relu")]
+    assert lines[4:] == ["gelu_refused status 15", "scale_type_refused status 15"]
