@@ -23,6 +23,18 @@ def pack_fragments(m, layout, regs, dtype):
     return out.to(torch.int32)
 
 
+def pack_bytes(m, layout, regs):
+    """Per-lane registers [32, 4] (the first `regs` used) of the 8-bit integer matrix
+    m under a layout (lane, element) -> (row, col): element i in byte i % 4 of
+    register i // 4."""
+    out = torch.zeros(32, 4, dtype=torch.int64)
+    for lane in range(32):
+        for i in range(4 * regs):
+            out[lane, i // 4] |= (int(m[layout(lane, i)]) & 0xFF) << (8 * (i % 4))
+    out[out >= 2**31] -= 2**32          # reinterpret as int32 bit patterns
+    return out.to(torch.int32)
+
+
 def mma_case(seed, k, dtype, a_layout, b_layout, c_dtype=torch.float32):
     """Random A [16, k], B [k, 8] in ``dtype`` and C [16, 8] in ``c_dtype`` (as float),
     the registers a, b, c that hold them, and D's expected value A B + C."""

@@ -271,6 +271,35 @@ __global__ void shared_address_probe(uint32_t* out, int first) {
   out[5] = uint32_t(__cvta_generic_to_shared(words));
 }
 
+// kind 0: m16n8k32 s8 x s8; 1: m16n8k32 u8 x s8, .satfinite; 2: m16n8k16 s8 x s8.
+__global__ void mma_int8_probe(const uint32_t* a, const uint32_t* b, const int* c,
+                               int* d, int kind) {
+  const int lane = threadIdx.x;
+  a += 4 * lane; b += 4 * lane; c += 4 * lane; d += 4 * lane;
+  int acc[4] = {c[0], c[1], c[2], c[3]};
+#if __CUDA_ARCH__ >= 800
+  if (kind == 0)
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(acc[0]), "+r"(acc[1]), "+r"(acc[2]), "+r"(acc[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else if (kind == 1)
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.u8.s8.s32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(acc[0]), "+r"(acc[1]), "+r"(acc[2]), "+r"(acc[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 "
+        "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+r"(acc[0]), "+r"(acc[1]), "+r"(acc[2]), "+r"(acc[3])
+        : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+#endif
+  for (int i = 0; i < 4; ++i) d[i] = acc[i];
+}
+
 // a·b + c as a learner writes it: nvcc contracts it into one FFMA (one rounding).
 __global__ void fma_probe(const float* a, const float* b, const float* c, float* out) {
   out[threadIdx.x] = a[threadIdx.x] * b[threadIdx.x] + c[threadIdx.x];
@@ -281,7 +310,9 @@ void launch(const char* w, void* p0, void* p1, void* p2, void* p3, int a0) {
   auto f = [](void* p) { return static_cast<float*>(p); };
   auto h = static_cast<unsigned short*>(p0);
   const std::string k = w;
+  auto i = [](void* p) { return static_cast<int*>(p); };
   if (k == "mma") mma_probe<<<1, 32>>>(u(p0), u(p1), f(p2), f(p3), a0);
+  else if (k == "mma_int8") mma_int8_probe<<<1, 32>>>(u(p0), u(p1), i(p2), i(p3), a0);
   else if (k == "ldmatrix_x1") ldmatrix_probe<1, false><<<1, 32>>>(h, u(p1));
   else if (k == "ldmatrix_x2") ldmatrix_probe<2, false><<<1, 32>>>(h, u(p1));
   else if (k == "ldmatrix_x4") ldmatrix_probe<4, false><<<1, 32>>>(h, u(p1));

@@ -10,7 +10,7 @@ import attnbook as ab
 from attnbook.reference import fragments as ptx
 from attnbook.emulator import ptx as ptx_transform
 from attnbook.toolchain.compile import FMA_FLAGS, fmad_off
-from fragment_cases import check_ldmatrix, gather_c, mma_case
+from fragment_cases import check_ldmatrix, gather_c, mma_case, pack_bytes
 
 HERE = pathlib.Path(__file__).parents[1] / "cuda"
 
@@ -50,6 +50,36 @@ def test_arch_guard_picks_the_sm75_branch():
     ext75 = build("sm_75")
     D, want = run_mma(ext75, 0, 16, torch.float16, ptx.a_m16n8k16, ptx.b_m16n8k16)
     torch.testing.assert_close(D, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind, k, a_signed, saturate", [
+    (0, 32, True, False), (1, 32, False, True), (2, 16, True, False)])
+def test_int8_mma_against_the_fragment_tables(ext, kind, k, a_signed, saturate):
+    # m16n8k32 .s8 (sm_80) did not compile: int8 GEMMs online use it
+    g = torch.Generator().manual_seed(kind)
+    A = torch.randint(0 if not a_signed else -128, 256 if not a_signed else 128,
+                      (16, k), generator=g)
+    B = torch.randint(-128, 128, (k, 8), generator=g)
+    C = torch.randint(-2**20, 2**20, (16, 8), generator=g)
+    A[0], A[15], B[:, 0], B[:, 7] = A.max(), A.max(), 127, -128
+    C[0, 0], C[15, 7] = 2**31 - 5, -2**31 + 5   # D[0, 0] and D[15, 7] overflow
+    a = pack_bytes(A, ptx.a_m16n8k32_int8, k // 8)
+    b = pack_bytes(B, ptx.b_m16n8k32_int8, k // 16)
+    c = torch.zeros(32, 4, dtype=torch.int32)
+    for lane in range(32):
+        for i in range(4):
+            c[lane, i] = int(C[ptx.c_m16n8(lane, i)])
+    d = torch.zeros(32, 4, dtype=torch.int32)
+    ext.run("mma_int8", [a, b, c, d], kind)
+    exact = A @ B + C
+    want = exact.clamp(-2**31, 2**31 - 1) if saturate else \
+        (exact + 2**31) % 2**32 - 2**31     # wraps to 32 bits
+    got = torch.zeros(16, 8, dtype=torch.int64)
+    for lane in range(32):
+        for i in range(4):
+            got[ptx.c_m16n8(lane, i)] = int(d[lane, i])
+    assert torch.equal(got, want)
+    assert exact[0, 0] > 2**31 and exact[15, 7] < -2**31
 
 
 @pytest.mark.parametrize("n", [1, 2, 4])
@@ -202,8 +232,8 @@ def test_named_barriers_order_accesses_for_racecheck(ext):
     ('asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");', "wgmma.fence"),
     ('asm("bar.red.popc.u32 %0, 0, %1;" : "=r"(x) : "r"(x));', "bar.red.popc.u32"),
     ('asm("add.rz.f32 %0, %1, 1.0;" : "=f"(y) : "f"(y));', "add.rz.f32"),
-    ('asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0}, {%1}, {%2}, {%3};"'
-     ' : "=r"(x) : "r"(x), "r"(x), "r"(x));', "mma.sync.aligned.m16n8k32"),
+    ('asm("mma.sync.aligned.m16n8k64.row.col.s32.s4.s4.s32 {%0}, {%1}, {%2}, {%3};"'
+     ' : "=r"(x) : "r"(x), "r"(x), "r"(x));', "mma.sync.aligned.m16n8k64"),
 ])
 def test_unsupported_instruction_is_named(asm, name):
     src = f"__global__ void k(int x, float y) {{\n  {asm}\n}}\n"

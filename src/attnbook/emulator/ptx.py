@@ -6,7 +6,8 @@ each PTX instruction becomes a call of the emulator (``include/emu_ptx.h``)
 with the asm's operands as arguments, following the PTX ISA:
 
 * ``mma.sync.aligned`` m16n8k16 (f16 or bf16 inputs, f32 or f16 accumulators) and
-  m16n8k8 (f16, bf16), rows × columns;
+  m16n8k8 (f16, bf16), rows × columns; m16n8k32 and m16n8k16 with s8/u8 inputs and
+  s32 accumulators (``.satfinite`` or not);
 * ``ldmatrix.sync.aligned.m8n8`` .x1/.x2/.x4, optionally .trans;
 * ``cp.async`` .ca/.cg of 4, 8 or 16 bytes with an optional source size (the rest is
   zero-filled), ``cp.async.commit_group``, ``.wait_group N``, ``.wait_all``; the copies
@@ -217,6 +218,8 @@ class _Asm:
 
     # ---- instructions ----------------------------------------------------------------
     def op_mma(self, opcode, parts, ops):
+        if len(parts) > 4 and parts[-3] in ("s8", "u8"):
+            return self._mma_int(opcode, parts, ops)
         shape = parts[3] if len(parts) > 3 else ""
         types = parts[-4:]
         ok = (parts[1:3] == ["sync", "aligned"] and shape in ("m16n8k16", "m16n8k8")
@@ -244,6 +247,33 @@ class _Asm:
                 f"{ctype} d_[{len(d)}];",
                 f"::attnbook_emu::mma<{t}, {k}>(__LINE__, d_, a_, b_, c_);" if acc else
                 f"{_E}mma_f16_acc<{k}>(__LINE__, d_, a_, b_, c_);"]
+        code += [self.put(x, f"d_[{i}]") for i, x in enumerate(d)]
+        return "{ " + " ".join(code) + " }"
+
+    def _mma_int(self, opcode, parts, ops):
+        """mma.sync.aligned.m16n8k{16,32}.row.col{.satfinite}.s32.{s8,u8}.{s8,u8}.s32"""
+        sat = "satfinite" in parts
+        shape, types = parts[3], parts[-4:]
+        ok = (parts[1:3] == ["sync", "aligned"] and shape in ("m16n8k16", "m16n8k32")
+              and parts[4:6] == ["row", "col"] and len(parts) == 10 + sat
+              and types[0] == types[3] == "s32" and len(ops) == 4)
+        if not ok:
+            raise _Unsupported(opcode)
+        k = int(shape[len("m16n8k"):])
+        d, a, b, c = (self.vector(o) for o in ops)
+        if (len(d), len(a), len(b), len(c)) != (4, k // 8, k // 16, 4):
+            raise _Unsupported(f"{opcode} with {len(d)}, {len(a)}, {len(b)}, {len(c)} "
+                               "registers")
+        signed = ", ".join("true" if t == "s8" else "false" for t in types[1:3])
+        code = [f'static_assert(__CUDA_ARCH__ >= 800, "{opcode} needs sm_80 or '
+                'newer");',
+                f"uint32_t a_[] = {{{', '.join(self.read(x) for x in a)}}};",
+                f"uint32_t b_[] = {{{', '.join(self.read(x) for x in b)}}};",
+                "int32_t c_[] = {"
+                + ", ".join(f"int32_t({self.read(x)})" for x in c) + "};",
+                "int32_t d_[4];",
+                f"::attnbook_emu::mma_int<{signed}, {k}, {'true' if sat else 'false'}>"
+                "(__LINE__, d_, a_, b_, c_);"]
         code += [self.put(x, f"d_[{i}]") for i, x in enumerate(d)]
         return "{ " + " ".join(code) + " }"
 

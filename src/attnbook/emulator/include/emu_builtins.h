@@ -657,6 +657,61 @@ inline void mma(int line, float* d, const uint32_t* a, const uint32_t* b,
   std::memcpy(d, out, sizeof out);
 }
 
+// mma.sync.aligned.m16n8k{K}.row.col{.satfinite}.s32.{s8,u8}.{s8,u8}.s32, K 16 or 32:
+// the byte-wide fragments of the PTX ISA. A: register r holds row g + 8*(r%2), columns
+// 4t + 16*(r/2) + {0..3}; B: register r holds column g, rows 4t + 16r + {0..3}; C and
+// D as in the f32 form. Products are summed exactly (in 64 bits); without .satfinite
+// the sum wraps to 32 bits, with it it is clamped to int32's range.
+template <bool SignedA, bool SignedB, int K, bool Sat>
+struct MmaIntLane {
+  const uint32_t* a;
+  const uint32_t* b;
+  const int32_t* c;
+  int32_t* d;
+};
+
+template <bool Signed> inline int64_t byte_of(uint32_t reg, int i) {
+  const uint32_t v = (reg >> (8 * i)) & 0xff;
+  return Signed ? int64_t(int8_t(v)) : int64_t(v);
+}
+
+template <bool SignedA, bool SignedB, int K, bool Sat>
+void mma_int_all(void* const* data, uint32_t) {
+  int64_t A[16][K], B[K][8], D[16][8];
+  for (int lane = 0; lane < kWarp; ++lane) {
+    auto* m = static_cast<MmaIntLane<SignedA, SignedB, K, Sat>*>(data[lane]);
+    int g = lane / 4, t = lane % 4;
+    for (int r = 0; r < K / 8; ++r)
+      for (int i = 0; i < 4; ++i)
+        A[g + 8 * (r % 2)][4 * t + 16 * (r / 2) + i] = byte_of<SignedA>(m->a[r], i);
+    for (int r = 0; r < K / 16; ++r)
+      for (int i = 0; i < 4; ++i)
+        B[4 * t + 16 * r + i][g] = byte_of<SignedB>(m->b[r], i);
+    for (int i = 0; i < 4; ++i) D[g + 8 * (i / 2)][2 * t + i % 2] = m->c[i];
+  }
+  for (int row = 0; row < 16; ++row)
+    for (int col = 0; col < 8; ++col) {
+      int64_t acc = D[row][col];
+      for (int k = 0; k < K; ++k) acc += A[row][k] * B[k][col];
+      D[row][col] = Sat ? std::clamp<int64_t>(acc, INT32_MIN, INT32_MAX)
+                        : int64_t(int32_t(uint32_t(uint64_t(acc))));
+    }
+  for (int lane = 0; lane < kWarp; ++lane) {
+    auto* m = static_cast<MmaIntLane<SignedA, SignedB, K, Sat>*>(data[lane]);
+    int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; ++i) m->d[i] = int32_t(D[g + 8 * (i / 2)][2 * t + i % 2]);
+  }
+}
+
+template <bool SignedA, bool SignedB, int K, bool Sat>
+inline void mma_int(int line, int32_t* d, const uint32_t* a, const uint32_t* b,
+                    const int32_t* c) {
+  int32_t out[4];
+  MmaIntLane<SignedA, SignedB, K, Sat> lane{a, b, c, out};
+  warp_collective(0xffffffffu, line, &lane, &mma_int_all<SignedA, SignedB, K, Sat>);
+  std::memcpy(d, out, sizeof out);
+}
+
 // ldmatrix.sync.aligned.m8n8.x{N}[.trans].shared.b16: lanes 8m..8m+7 give the row
 // addresses of matrix m; lane l receives, in register m, row l/4, columns 2(l%4) and
 // 2(l%4)+1 of matrix m (with .trans: column l/4, rows 2(l%4) and 2(l%4)+1).
