@@ -81,7 +81,7 @@ def attention_calls(draw):
     args = dict(q=torch.randn(b, h, sq, d, generator=g),
                 k=torch.randn(b, hkv, sk, d, generator=g),
                 v=torch.randn(b, hkv, sk, d, generator=g))
-    kwargs = dict(impl=impl, is_causal=draw(st.booleans()))
+    kwargs = dict(impl=impl, is_causal=draw(st.booleans()), enable_gqa=True)
     name = draw(st.sampled_from(["attn_mask", "key_lengths", "stride", "window",
                                  "scale", "q", "k", "v", "is_causal", "dropout_p",
                                  "enable_gqa", "impl"]))

@@ -40,7 +40,7 @@ def test_matches_reference(impl, shape, kind, order, device):
     q, k, v = inputs(shape, device)
     options = mask_options(kind, shape, device)
     with ab.thread_order(*order):
-        out = ab.attention(q, k, v, impl=impl, **options)
+        out = ab.attention(q, k, v, impl=impl, enable_gqa=True, **options)
     want = ab.attention_reference(q, k, v, float64=True, **options)
     torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-5)
 
@@ -76,8 +76,9 @@ def test_flash_impl_agrees_with_naive(device):
     q, k, v = inputs((2, 4, 2, 33, 50, 64), device, seed=4)
     for causal in (False, True):
         torch.testing.assert_close(
-            ab.attention(q, k, v, is_causal=causal, impl="flash"),
-            ab.attention(q, k, v, is_causal=causal, impl="naive"), rtol=1e-4, atol=1e-5)
+            ab.attention(q, k, v, is_causal=causal, impl="flash", enable_gqa=True),
+            ab.attention(q, k, v, is_causal=causal, impl="naive", enable_gqa=True),
+            rtol=1e-4, atol=1e-5)
 
 
 def unchanged(q, k, v):
@@ -113,7 +114,8 @@ def test_bad_inputs_raise_before_launch(args, kwargs, err, match, device):
     kwargs = {key: val.to(device) if torch.is_tensor(val) else val
               for key, val in kwargs.items()}
     with pytest.raises(err, match=match):
-        ab.attention(*args(*inputs((2, 4, 2, 5, 6, 8), device)), **kwargs)
+        ab.attention(*args(*inputs((2, 4, 2, 5, 6, 8), device)),
+                     **{"enable_gqa": True, **kwargs})
 
 
 @pytest.mark.parametrize("stride,extra", [(2, {}), (3, dict(is_causal=True)),

@@ -141,7 +141,7 @@ def test_torch_compile_backward(device):
     q, k, v = leaves((2, 4, 2, 33, 40, 32), device, seed=9)
 
     def loss(q, k, v):
-        return ab.attention(q * 2, k, v, is_causal=True).relu().sum()
+        return ab.attention(q * 2, k, v, is_causal=True, enable_gqa=True).relu().sum()
 
     want = torch.autograd.grad(loss(q, k, v), (q, k, v))
     compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")

@@ -34,7 +34,8 @@ def upstream(q, seed=1):
 
 
 def kernel_grads(q, k, v, do, opts):
-    return torch.autograd.grad(ab.attention(q, k, v, **opts), (q, k, v), do)
+    o = ab.attention(q, k, v, enable_gqa=True, **opts)
+    return torch.autograd.grad(o, (q, k, v), do)
 
 
 def reference_grads(q, k, v, do, opts):
@@ -185,7 +186,8 @@ def test_torch_compile_backward(device):
     q, k, v = leaves((2, 4, 2, 33, 40, 64), torch.float16, device, seed=10)
 
     def loss(q, k, v):
-        return ab.attention(q * 2, k, v, is_causal=True).float().relu().sum()
+        return ab.attention(q * 2, k, v, is_causal=True,
+                            enable_gqa=True).float().relu().sum()
 
     want = torch.autograd.grad(loss(q, k, v), (q, k, v))
     compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")

@@ -195,8 +195,8 @@ def test_a_padded_key_is_absent(device):
 def test_attention_dispatches_half_precision_here(device):
     q, k, v = inputs((2, 4, 2, 33, 40, 64), torch.bfloat16, device, seed=6)
     want = ab.flash_attention_tc(q, k, v, is_causal=True)
-    assert torch.equal(ab.attention(q, k, v, is_causal=True), want)
-    assert torch.equal(ab.Attention(is_causal=True)(q, k, v), want)
+    assert torch.equal(ab.attention(q, k, v, is_causal=True, enable_gqa=True), want)
+    assert torch.equal(ab.Attention(is_causal=True, enable_gqa=True)(q, k, v), want)
 
 
 def test_layouts(device):
@@ -282,7 +282,7 @@ def test_registered_op_under_compile_and_meta(device):
     q, k, v = inputs((1, 4, 2, 33, 40, 64), torch.float16, device, seed=4)
 
     def f(q, k, v):
-        return ab.attention(q * 2, k, v, is_causal=True).float().relu()
+        return ab.attention(q * 2, k, v, is_causal=True, enable_gqa=True).float().relu()
 
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(compiled(q, k, v), f(q, k, v))

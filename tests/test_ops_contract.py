@@ -132,7 +132,7 @@ def test_nan_and_inf_propagate_as_in_sdpa(impl, where, value, device):
                 if mask is None else mask if mask.dtype == torch.bool else mask != -INF
             sees = admitted[..., key].expand(b, h, sq)[..., None]
             want = torch.where(sees, want, sdpa_math(q, k, v, sdpa_mask))
-        same(ab.attention(pq, pk, pv, impl=impl, **opts), want)
+        same(ab.attention(pq, pk, pv, impl=impl, enable_gqa=True, **opts), want)
 
 
 def test_one_nan_in_q_gives_a_nan_row(device):
@@ -255,21 +255,29 @@ def test_empty_dimensions_give_empty_outputs(impl, device):
      TypeError, "bool or floating"),
     (lambda q, k, dev: ab.flash_attention_fp32(q, k, k, stride=-1), ValueError,
      "stride"),
-    (lambda q, k, dev: ab.attention(q, k, k, stride=2.0), ValueError, "stride"),
-    (lambda q, k, dev: ab.attention(q, k, k, is_causal="yes"), TypeError, "is_causal"),
-    (lambda q, k, dev: ab.attention(q, k, k, scale="0.1"), TypeError, "scale"),
-    (lambda q, k, dev: ab.attention(q, k, k, dropout_p=0.1), NotImplementedError,
-     "dropout"),
+    (lambda q, k, dev: ab.attention(q, k, k, stride=2.0, enable_gqa=True), ValueError,
+     "stride"),
+    (lambda q, k, dev: ab.attention(q, k, k, is_causal="yes", enable_gqa=True),
+     TypeError, "is_causal"),
+    (lambda q, k, dev: ab.attention(q, k, k, scale="0.1", enable_gqa=True), TypeError,
+     "scale"),
+    (lambda q, k, dev: ab.attention(q, k, k, dropout_p=0.1, enable_gqa=True),
+     NotImplementedError, "dropout"),
     (lambda q, k, dev: ab.attention(q, k, k, enable_gqa=None), TypeError, "enable_gqa"),
-    (lambda q, k, dev: ab.attention(q.half(), k.half(), k.half(), impl="naive"),
-     NotImplementedError, "chapter 8"),
+    # grouped heads were run without enable_gqa, where SDPA refuses them
+    (lambda q, k, dev: ab.attention(q, k, k), ValueError,
+     r"q has 4 heads and k, v 2: grouped-query attention needs enable_gqa=True"),
+    (lambda q, k, dev: ab.Attention()(q, k, k), ValueError, "enable_gqa=True"),
+    (lambda q, k, dev: ab.attention(q.half(), k.half(), k.half(), impl="naive",
+                                    enable_gqa=True), NotImplementedError, "chapter 8"),
     (lambda q, k, dev: ab.attention(q.double(), k.double(), k.double()), TypeError,
      "float32"),
-    (lambda q, k, dev: ab.attention(q, k, k.to("meta")), ValueError, "one device"),
-    (lambda q, k, dev: ab.attention(q, k, k, key_lengths=[1, 2]), ValueError,
-     "integer tensor"),
-    (lambda q, k, dev: ab.attention(q, k, k, attn_mask=[[True]]), TypeError,
-     "attn_mask"),
+    (lambda q, k, dev: ab.attention(q, k, k.to("meta"), enable_gqa=True), ValueError,
+     "one device"),
+    (lambda q, k, dev: ab.attention(q, k, k, key_lengths=[1, 2], enable_gqa=True),
+     ValueError, "integer tensor"),
+    (lambda q, k, dev: ab.attention(q, k, k, attn_mask=[[True]], enable_gqa=True),
+     TypeError, "attn_mask"),
     (lambda q, k, dev: ab.softmax(torch.ones(3, device=dev), kernel=3), ValueError,
      "kernel"),
     (lambda q, k, dev: ab.gemm(torch.ones(2, 2, device=dev),
@@ -295,7 +303,7 @@ def test_ops_are_registered_with_schemas():
 def test_meta_tensors_give_shapes(impl):
     q, k = torch.empty(3, 4, 2, 100, 64, device="meta"), torch.empty(3, 4, 1, 70, 64,
                                                                        device="meta")
-    out = ab.attention(q, k, k, is_causal=True, impl=impl)
+    out = ab.attention(q, k, k, is_causal=True, impl=impl, enable_gqa=True)
     assert out.shape == q.shape and out.device.type == "meta"
 
 
@@ -318,7 +326,7 @@ def test_torch_compile_fullgraph(impl, device):
 
     def f(q, k, v):
         return ab.attention(q * 2, k, v, attn_mask=mask, is_causal=True,
-                            impl=impl).relu()
+                            impl=impl, enable_gqa=True).relu()
 
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(compiled(q, k, v), f(q, k, v))

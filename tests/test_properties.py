@@ -105,7 +105,7 @@ def tolerance(dtype, magnitude):
 @given(attention_cases())
 def test_attention_matches_the_float64_reference(case):
     impl, q, k, v, ours, ref = case
-    out = ab.attention(q, k, v, impl=impl, **ours)
+    out = ab.attention(q, k, v, impl=impl, enable_gqa=True, **ours)
     want = ab.attention_reference(q, k, v, float64=True, **ref)
     assert out.dtype == q.dtype and out.shape == q.shape
     magnitude = max(1.0, q.abs().max().item() * k.abs().max().item() / 8)
@@ -160,7 +160,7 @@ def found(impl, where, sq, sk):
 @given(nonfinite_cases())
 def test_nan_and_inf_propagate_as_in_the_reference(case):
     impl, q, k, v, ours, ref = case
-    out = ab.attention(q, k, v, impl=impl, **ours)
+    out = ab.attention(q, k, v, impl=impl, enable_gqa=True, **ours)
     want = ab.attention_reference(q, k, v, float64=True, **ref)
     assert torch.equal(out.isnan(), want.isnan())
     assert torch.equal(out.isinf() & (out > 0), want.isinf() & (want > 0))
@@ -193,7 +193,7 @@ def absent_key_cases(draw):
 @given(absent_key_cases())
 def test_a_masked_key_is_absent_whatever_it_holds(case):
     impl, q, k, v, lengths = case
-    out = ab.attention(q, k, v, impl=impl, key_lengths=lengths)
+    out = ab.attention(q, k, v, impl=impl, key_lengths=lengths, enable_gqa=True)
     want = ab.attention_reference(q, k.nan_to_num(0, 0, 0), v.nan_to_num(0, 0, 0),
                                   key_lengths=lengths, float64=True)
     torch.testing.assert_close(out.double(), want, **TOL[torch.float32])
@@ -224,7 +224,8 @@ def backward_cases(draw):
 @given(backward_cases())
 def test_backward_matches_autograd_of_the_float64_reference(case):
     q, k, v, do, ours, ref = case
-    grads = torch.autograd.grad(ab.attention(q, k, v, **ours), (q, k, v), do)
+    grads = torch.autograd.grad(ab.attention(q, k, v, enable_gqa=True, **ours),
+                                (q, k, v), do)
     leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
     want = torch.autograd.grad(ab.attention_reference(*leaves, **ref), leaves,
                                do.double())

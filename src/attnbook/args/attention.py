@@ -136,7 +136,7 @@ def _as_bhsd(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 or x.shape[-1] <= 1 else x.contiguous()
 
 
-def _check_shapes(q, k, v) -> None:
+def _check_shapes(q, k, v, enable_gqa: bool) -> None:
     shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
     if not q.dim() == k.dim() == v.dim():
         raise ValueError("q, k and v must have the same number of dimensions: "
@@ -156,6 +156,10 @@ def _check_shapes(q, k, v) -> None:
         if hkv and h % hkv:
             raise ValueError(f"query heads ({h}) must be a multiple of key/value heads "
                              f"({hkv}): {shapes}")
+        if h != hkv and not enable_gqa:   # as SDPA (a q in [B, S, H, D] by mistake?)
+            raise ValueError(f"q has {h} heads and k, v {hkv}: grouped-query attention "
+                             "needs enable_gqa=True, as in "
+                             f"scaled_dot_product_attention: {shapes}")
     for name, n in (("query length", q.shape[-2]), ("key length", k.shape[-2]),
                     ("head_dim", q.shape[-1])):
         if n > INT32_MAX:
@@ -181,11 +185,13 @@ def softmax_scale(scale, d: int, *, float32: bool = True) -> float:
 
 
 def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                   *, stride=None, window=None, key_lengths=None,
+                   *, stride=None, window=None, key_lengths=None, enable_gqa=True,
                    dtypes=(torch.float32,)) -> AttentionArgs:
     """Check the arguments of :func:`attnbook.attention` (SDPA's, plus the book's masks)
     and return them as the kernels take them. Raises TypeError, ValueError or
-    NotImplementedError with a message that names the argument."""
+    NotImplementedError with a message that names the argument. ``enable_gqa``: whether
+    q may have more heads than k and v (the chapters' functions and the references,
+    like FlashAttention's, take grouped heads as they come)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if getattr(t, "dtype", None) in HALF_PRECISION and t.dtype not in dtypes:
             raise NotImplementedError(
@@ -196,7 +202,7 @@ def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k and v must have one dtype, got {q.dtype}, {k.dtype}, "
                         f"{v.dtype}")
-    _check_shapes(q, k, v)
+    _check_shapes(q, k, v, enable_gqa)
     if not isinstance(dropout_p, numbers.Real) or dropout_p != 0:
         raise NotImplementedError("dropout is not supported "
                                   f"(dropout_p={dropout_p!r}); "

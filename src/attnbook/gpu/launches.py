@@ -68,8 +68,9 @@ LAUNCHES = {
         key_lengths=torch.tensor([70, 33], device=dev)),
     "tiled, strided": lambda dev: ops.attention(
         *_qkv(dev, 2, 2, 9, 17, 24), stride=3,
-        key_lengths=torch.tensor([17, 6], device=dev), impl="tiled"),
-    "naive": lambda dev: ops.attention(*_qkv(dev, 1, 2, 5, 7, 8), impl="naive"),
+        key_lengths=torch.tensor([17, 6], device=dev), impl="tiled", enable_gqa=True),
+    "naive": lambda dev: ops.attention(*_qkv(dev, 1, 2, 5, 7, 8), impl="naive",
+                                       enable_gqa=True),
     **{f"tensor cores step {s}": (lambda dev, s=s: ops.flash_attention_tc(
         *_qkv(dev, 1, 2, 40, 70, 64, torch.float16), is_causal=True, step=s))
        for s in ops.TC_STEPS},
@@ -89,7 +90,8 @@ LAUNCHES = {
         dev, lambda q, k, v: ops.flash_attention_fp32(q, k, v, is_causal=True, step=s)))
        for s in (1, 2)},
     **{f"tensor cores backward {n}": (lambda dev, d=d, t=t: _backward(
-        dev, lambda q, k, v: ops.attention(q, k, v, is_causal=True), d, t))
+        dev, lambda q, k, v: ops.attention(q, k, v, is_causal=True, enable_gqa=True),
+        d, t))
        for n, d, t in (("fp16", 64, torch.float16), ("bf16", 128, torch.bfloat16))},
 }
 

@@ -165,8 +165,9 @@ class Decoder(torch.nn.Module):
                                         eager=attention_impl == "eager")
             if stride > 1:   # chapter 5's kernel: computes the attended keys only
                 return attention(q, k, v, is_causal=True, key_lengths=lengths,
-                                 stride=stride, impl="tiled")
-            return attention(q, k, v, is_causal=True, key_lengths=lengths)
+                                 stride=stride, impl="tiled", enable_gqa=True)
+            return attention(q, k, v, is_causal=True, key_lengths=lengths,
+                             enable_gqa=True)
         return attend
 
     def forward(self, tokens, lengths=None, attention_impl="attnbook"):
@@ -221,7 +222,8 @@ class Decoder(torch.nn.Module):
             if attention_impl == "attnbook":   # strided: append, then chapter 5's
                 kv_cache_append(k_cache, v_cache, k, v, cache_seqlens=lengths)
                 return attention(q, k_cache[:, :, :n], v_cache[:, :, :n],
-                                 key_lengths=lengths + 1, stride=stride, impl="tiled")
+                                 key_lengths=lengths + 1, stride=stride, impl="tiled",
+                                 enable_gqa=True)
             rows = torch.arange(len(lengths), device=lengths.device)
             k_cache[rows, :, lengths.long()] = k[:, :, 0]
             v_cache[rows, :, lengths.long()] = v[:, :, 0]

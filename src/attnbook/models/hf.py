@@ -65,9 +65,11 @@ def hf_attention(module, query, key, value, attention_mask, scaling=None, dropou
             # transformers drops the mask only for a prompt in an empty static cache:
             # the positions past the prompt hold nothing yet (as its SDPA path does)
             key, value = key[:, :, :sq], value[:, :, :sq]
-        o = attention(query, key, value, is_causal=causal, scale=scaling)
+        o = attention(query, key, value, is_causal=causal, scale=scaling,
+                      enable_gqa=True)
     else:
-        o = attention(query, key, value, attn_mask=attention_mask, scale=scaling)
+        o = attention(query, key, value, attn_mask=attention_mask, scale=scaling,
+                      enable_gqa=True)
     return o.transpose(1, 2).contiguous(), None
 
 

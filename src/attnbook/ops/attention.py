@@ -79,8 +79,9 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
     """softmax(q kᵀ · scale + mask) v by the book's kernels, with the signature and the
     values of ``torch.nn.functional.scaled_dot_product_attention``.
 
-    q: [*batch, H, Sq, D]; k, v: [*batch, Hkv, Sk, D] with H a multiple of Hkv
-    (grouped heads are accepted with or without ``enable_gqa``); any strides; float32,
+    q: [*batch, H, Sq, D]; k, v: [*batch, Hkv, Sk, D] with H a multiple of Hkv, and
+    H ≠ Hkv (grouped-query attention) with ``enable_gqa=True``, as SDPA; any strides;
+    float32,
     or float16 and bfloat16 (impl="flash" only: chapter 8's tensor cores,
     head_dim ≤ 128); on a CUDA device, or on the CPU where the emulator runs the
     kernels.
@@ -101,7 +102,7 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
     if not isinstance(enable_gqa, bool):
         raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}")
     a = attention_args(q, k, v, attn_mask, dropout_p, is_causal, scale, stride=stride,
-                       window=window, key_lengths=key_lengths,
+                       window=window, key_lengths=key_lengths, enable_gqa=enable_gqa,
                        dtypes=(torch.float32, *HALF_PRECISION))
     if a.q.dtype in HALF_PRECISION:
         if impl != "flash":
@@ -125,12 +126,12 @@ class Attention(torch.nn.Module):
     and mask."""
 
     def __init__(self, impl="flash", is_causal=False, scale=None, stride=None,
-                 window=None):
+                 window=None, enable_gqa=False):
         super().__init__()
         self.impl, self.is_causal, self.scale = impl, is_causal, scale
-        self.stride, self.window = stride, window
+        self.stride, self.window, self.enable_gqa = stride, window, enable_gqa
 
     def forward(self, q, k, v, attn_mask=None, key_lengths=None):
         return attention(q, k, v, attn_mask, 0.0, self.is_causal, self.scale,
-                         stride=self.stride, window=self.window,
+                         self.enable_gqa, stride=self.stride, window=self.window,
                          key_lengths=key_lengths, impl=self.impl)
