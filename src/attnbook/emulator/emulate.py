@@ -199,6 +199,18 @@ def _at(module, where):
     return obj
 
 
+def _counterpart(twin, place):
+    """What runs inside sanitize()/profile() for the function at ``place``: "self" in
+    a checked build (``twin`` None), else the checked build's function there."""
+    if twin is None:
+        return "self"
+
+    def checked():
+        obj = _at(twin(), place)   # a static method's function, or a function
+        return getattr(obj, "__func__", obj).plain, twin().__file__
+    return checked
+
+
 class MadeOutsideWarning(UserWarning):
     """A method of an object made outside sanitize()/profile() ran there unchecked."""
 
@@ -235,11 +247,9 @@ def _guard_class(cls, where, path, twin, guard_memory):
         if type(member).__name__ == "instancemethod":
             setattr(cls, name, _method(cls, member.__func__, path, twin, guard_memory))
         elif isinstance(member, staticmethod) and _is_function(member.__func__):
-            counterpart = "self" if twin is None else (
-                lambda n=name: (_at(twin(), (*where, n)).__func__.plain,
-                                twin().__file__))
-            setattr(cls, name, staticmethod(guard_function(member.__func__, path,
-                                                     counterpart, guard_memory)))
+            setattr(cls, name, staticmethod(guard_function(
+                member.__func__, path, _counterpart(twin, (*where, name)),
+                guard_memory)))
     if twin is not None:
         new = cls.__new__
 
@@ -270,10 +280,9 @@ def _guard_names(module, names, path, twin, guard_memory, where):
     for name in names:
         obj = getattr(module, name, None)
         place = (*where, name)
-        if _is_function(obj) and not hasattr(obj, "__wrapped__"):
-            counterpart = "self" if twin is None else (
-                lambda p=place: (_at(twin(), p).plain, twin().__file__))
-            setattr(module, name, guard_function(obj, path, counterpart, guard_memory))
+        if _is_function(obj):   # a guarded one is a Python function: not again
+            setattr(module, name, guard_function(obj, path, _counterpart(twin, place),
+                                                 guard_memory))
         elif _is_class(obj):
             _guard_class(obj, place, path, twin, guard_memory)
             classes[name] = obj

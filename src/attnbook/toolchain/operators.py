@@ -73,12 +73,15 @@ def _operator(space: str, name: str):
 def _define(ns: str, name: str, path: str, tag: str, twin_library) -> None:
     """ns::name (``op`` or ``op.overload``), calling build ``tag``'s operator."""
     op = _operator(build_namespace(ns, "emulator", tag), name)
+    made = []   # the checked build's (plain call, library), once built
 
     def checked():
-        library = twin_library()
-        return emulate.guard_function(
-            _operator(build_namespace(ns, "checked", tag), name), library, None,
-            False).plain, library
+        if not made:
+            library = twin_library()
+            made.append((emulate.guard_function(
+                _operator(build_namespace(ns, "checked", tag), name), library, None,
+                False).plain, library))
+        return made[0]
     call = emulate.guard_function(op, path, checked, True)
     qualified = f"{ns}::{name}"
     if qualified not in _kernels:
