@@ -111,6 +111,29 @@ def test_fa2_step_thread_orders_over_whole_tiles(order, device):
         check_close(out, q, k, v, mask)
 
 
+@pytest.mark.parametrize("which,value", [("k", NAN), ("k", INF), ("v", NAN),
+                                         ("v", -INF)])
+def test_fa2_step_causal_diagonal_as_the_general_mask(which, value, device):
+    """Step 6 masks a whole tile on the causal diagonal by one compare per score; the
+    same mask with an additive term of zeros takes the path that applies every rule.
+    Both give the same rows, NaN where one gives NaN, with NaN or inf in a key past
+    some rows' diagonal (key 200 of 256: tile 128-255 of rows 128-255 is such a
+    tile), Sq = Sk and Sq < Sk. A bad k never reaches the rows that mask it; a bad
+    v reaches the rows of its tile through 0·v, as in SDPA."""
+    for sq, sk in ((256, 256), (200, 328)):
+        q, k, v = inputs((1, 2, 1, sq, sk, 64), torch.float16, device, seed=11)
+        dict(k=k, v=v)[which][:, :, sk - 56, 5] = value
+        zeros = torch.zeros(sq, sk, dtype=torch.float16, device=device)
+        out = ab.flash_attention_tc(q, k, v, is_causal=True, step=6)
+        general = ab.flash_attention_tc(q, k, v, is_causal=True, attn_mask=zeros,
+                                        step=6)
+        assert torch.equal(out.isnan(), general.isnan())
+        if which == "k":
+            assert out[0, 0, : sq - 56].isfinite().all()   # rows before the bad key
+        torch.testing.assert_close(out.nan_to_num(), general.nan_to_num(), rtol=2e-3,
+                                   atol=2e-3)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_log_sum_exp_and_large_scores(dtype, device):
     """Scores of order ±1e4 stay finite, and the lse is the reference's."""

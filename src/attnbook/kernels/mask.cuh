@@ -66,6 +66,14 @@ __device__ __forceinline__ bool tile_unmasked(const MaskParams& m, int b, int ro
   return true;
 }
 
+// True if no rule but the causal one masks keys [j0, j1) of batch b, and all of them
+// exist (j1 <= Sk): no additive mask, stride, window or padding reaches them.
+__device__ __forceinline__ bool tile_causal_only(const MaskParams& m, int b, int j1,
+                                                 int Sk) {
+  return !m.bias && m.stride <= 1 && m.window == 0 && j1 <= Sk &&
+         (!m.key_lengths || j1 <= m.key_lengths[b]);
+}
+
 // Of the tiles [j0, j0 + Bc) at j0 = kv_begin + i·Bc, those that tile_unmasked admits
 // for rows [row_lo, row_hi] form one run, keys [*u_begin, *u_end) (empty: both are
 // kv_begin): a kernel can run them in a loop without mask code.
