@@ -163,41 +163,75 @@ def chapter07():
     return rows
 
 
+def _tc_case(dt, d, causal, S, peaks):
+    """Chapter 8's inputs at one case, B·H = 16·2048 / S · 8 rows of work (the GPU
+    stays full): q, k, v, the case's columns and its work for bench.measure."""
+    b, h = max(1, 16 * 2048 // S), 16
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(b, h, S, d, device="cuda", dtype=dt, generator=g)
+               for _ in range(3))
+    case = dict(S=S, B=b, H=h, D=d, causal=causal, dtype=str(dt)[6:])
+    work = dict(flops=bench.attention_flops(b, h, S, S, d, causal),
+                bytes=bench.attention_bytes(b, h, S, S, d, itemsize=2),
+                peaks=peaks, compute="fp16_tflops")
+    return q, k, v, case, work
+
+
+def _sdpa_backends(q, k, v, causal, names):
+    """SDPA pinned to each backend of ``names`` ("flash", "efficient", "cudnn"), as
+    calls named "sdpa <backend>"."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    def call(name):
+        with sdpa_kernel(getattr(SDPBackend, f"{name.upper()}_ATTENTION")):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return {f"sdpa {n}": (lambda n=n: call(n)) for n in names}
+
+
+def _tc_dtypes():
+    """fp16, and bf16 where the GPU has it."""
+    bf16 = torch.cuda.get_device_capability() >= (8, 0)
+    return [torch.float16] + ([torch.bfloat16] if bf16 else [])
+
+
 def chapter08():
     """Every step of the tensor-core kernel against SDPA's backends, side by side: fp16
     (and bf16 where the GPU has it), D = 64 and 128, causal and not, S = 512 … 16384
     with B·H = 16·2048 / S · 8 rows of work (the GPU stays full); then step 5's tile
     sweep."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    import torch.nn.functional as F
     peaks, rows = bench.device_peaks(), []
-    bf16 = torch.cuda.get_device_capability() >= (8, 0)
-    dtypes = [torch.float16] + ([torch.bfloat16] if bf16 else [])
-    for dt, d, causal, S in itertools.product(dtypes, (64, 128), (False, True),
+    for dt, d, causal, S in itertools.product(_tc_dtypes(), (64, 128), (False, True),
                                               (512, 1024, 2048, 4096, 8192, 16384)):
-        b, h = max(1, 16 * 2048 // S), 16
-        g = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(b, h, S, d, device="cuda", dtype=dt, generator=g)
-                   for _ in range(3))
-        case = dict(S=S, B=b, H=h, D=d, causal=causal, dtype=str(dt)[6:])
-        work = dict(flops=bench.attention_flops(b, h, S, S, d, causal),
-                    bytes=bench.attention_bytes(b, h, S, S, d, itemsize=2), peaks=peaks,
-                    compute="fp16_tflops")
+        q, k, v, case, work = _tc_case(dt, d, causal, S, peaks)
         fns = {f"step {n}": (lambda n=n: flash_attention_tc(q, k, v, is_causal=causal,
                                                              step=n)) for n in TC_STEPS}
         for tiles in TC_SWEEP[d]:
             fns[f"step 5 {tiles[0]}x{tiles[1]}"] = (
                 lambda t=tiles: flash_attention_tc(q, k, v, is_causal=causal, step=5,
                                                    tiles=t))
-        for name, backend in (("sdpa flash", SDPBackend.FLASH_ATTENTION),
-                              ("sdpa efficient", SDPBackend.EFFICIENT_ATTENTION),
-                              ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION)):
-            def run(backend=backend):
-                with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            fns[name] = run
+        fns.update(_sdpa_backends(q, k, v, causal, ("flash", "efficient", "cudnn")))
         rows += [bench.measure(name, fn, case, **work) for name, fn in fns.items()]
-        del q, k, v
+        del q, k, v, fns
+        torch.cuda.empty_cache()
+    return rows
+
+
+def chapter08_fa2():
+    """The last step beside step 3 and SDPA's backends, side by side, at chapter 8's
+    cases S = 1024, 4096 and 16384 (minutes on a GPU, where the whole suite takes
+    longer than a short session)."""
+    peaks, rows, last = bench.device_peaks(), [], max(TC_STEPS)
+    for dt, d, causal, S in itertools.product(_tc_dtypes(), (64, 128), (False, True),
+                                              (1024, 4096, 16384)):
+        q, k, v, case, work = _tc_case(dt, d, causal, S, peaks)
+        fns = {f"step {n}": (lambda n=n: flash_attention_tc(q, k, v, is_causal=causal,
+                                                             step=n))
+               for n in (3, last)}
+        # the memory-efficient backend: the baseline where FlashAttention-2 cannot run
+        fns.update(_sdpa_backends(q, k, v, causal, ("flash", "efficient", "cudnn")))
+        rows += [bench.measure(name, fn, case, **work) for name, fn in fns.items()]
+        del q, k, v, fns
         torch.cuda.empty_cache()
     return rows
 
@@ -339,8 +373,8 @@ def chapter11_tc():
 
 # Chapter 10's suite benchmarks a model: attnbook.models.ALL_SUITES adds it to these.
 SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05,
-          "07": chapter07, "08": chapter08, "09": chapter09, "11": chapter11,
-          "11tc": chapter11_tc}
+          "07": chapter07, "08": chapter08, "08fa2": chapter08_fa2, "09": chapter09,
+          "11": chapter11, "11tc": chapter11_tc}
 
 
 def main(chapters, suites):
