@@ -20,11 +20,14 @@ __all__ = ["flash_attention_tc", "flash_tc_forward", "tc_forward", "TC_STEPS",
 TC_STEPS = {1: "mma.sync", 2: "ldmatrix", 3: "swizzled shared memory",
             4: "cp.async pipeline", 5: "P in registers",
             6: "FlashAttention-2's shape"}
-# The step flash_attention_tc and ab.attention run in float16 and bfloat16: on the H200
-# (B·S = 32768, H = 16, D = 64 and 128, S = 512 ... 16384, causal and not, fp16 and
-# bf16; bench/results/08) step 3 took the least time of the five at every shape; step 5
-# took 1.05-1.68 times as long.
-TC_FASTEST = 3
+# The step flash_attention_tc and ab.attention run in float16 and bfloat16. On the H200
+# (B·S = 32768, H = 16, D = 64 and 128, fp16 and bf16): of steps 1-5, step 3 took the
+# least time at every shape, S = 512 ... 16384, causal and not (bench/results/08); step
+# 6 took less than step 3 at 22 of the 24 cases of bench/results/08fa2 (S = 1024, 4096
+# and 16384), 1.3-2.3 times less; the other two (causal, D = 64, S = 1024: 1.2-1.3
+# times more) were its first version's diagonal tiles, which have had a path of their
+# own since.
+TC_FASTEST = 6
 TC_HEAD_DIMS = (64, 128)   # other head dims up to 128 are zero-padded to one of these
 TC_TILES = {64: (64, 64), 128: (64, 32)}   # (Br, Bc) of steps 1-5
 FA2_TILES = {64: (128, 128), 128: (128, 64)}   # step 6: 32 rows per warp
