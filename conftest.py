@@ -29,10 +29,13 @@ def pytest_cmdline_main(config):
 
 
 def pytest_configure(config):
-    """Each xdist worker, and the Jupyter kernels it starts, takes its share of the
-    cores. Several processes with a thread per core each oversubscribe the machine, and
-    OpenMP threads that spin at a barrier while a core runs another process's thread
-    made a training cell ten times slower."""
+    """No line while an extension compiles (attnbook.toolchain.progress): the
+    notebooks' stored outputs were made with every build cached. Each xdist worker,
+    and the Jupyter kernels it starts, takes its share of the cores. Several processes
+    with a thread per core each oversubscribe the machine, and OpenMP threads that
+    spin at a barrier while a core runs another process's thread made a training cell
+    ten times slower."""
+    os.environ.setdefault("ATTNBOOK_BUILD_PROGRESS", "0")
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if not workers:
         return

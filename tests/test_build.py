@@ -2,10 +2,12 @@
 reporting, and the nvcc compile check of every kernel the package and the notebooks
 compile, for the three architectures the book targets."""
 import ast
+import io
 import json
 import logging
 import pathlib
 import re
+import sys
 import time
 
 import pytest
@@ -13,6 +15,7 @@ import torch
 
 import attnbook as ab
 from attnbook.emulator import emulate
+from attnbook.toolchain import progress
 from attnbook.toolchain.compile import report_build
 from attnbook.toolchain import KERNEL_DIR, find_nvcc
 
@@ -124,6 +127,90 @@ def test_an_emulator_build_leaves_a_log_record_and_no_output(capsys, caplog):
         "compiled selftest for the CPU emulator"]
     report_build("decode", False, "sm_80", 41.04)
     assert capsys.readouterr().out == "compiled decode for sm_80 in 41.0 s\n"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_a_first_build_shows_a_line_while_it_runs(tmp_path, monkeypatch):
+    """On a terminal a build that is not cached shows what compiles while it runs,
+    then the finished line in its place; the next first build of the same name and
+    target says how long the last one took; a failed build says so; a cached build,
+    and any build with ATTNBOOK_BUILD_PROGRESS=0, shows nothing."""
+    folder = tmp_path / "decode_emulator_0123"
+    folder.mkdir()
+    err = _Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setenv("ATTNBOOK_BUILD_PROGRESS", "1")
+    with progress.build_progress("decode", "sm_80", folder, cached=False) as done:
+        assert err.getvalue() == ("compiling decode for sm_80: its first use here; "
+                                  "later uses load it from the cache…")
+    assert done("compiled decode for sm_80 in 0.0 s")
+    assert err.getvalue().endswith("\rcompiled decode for sm_80 in 0.0 s".ljust(
+        len("compiling decode for sm_80: its first use here; later uses load it from "
+            "the cache…") + 1) + "\n")
+    assert progress.last_seconds(folder, "decode for sm_80") is not None
+
+    err.seek(0), err.truncate()
+    monkeypatch.setattr(progress, "last_seconds", lambda folder, what: 41.0)
+    with pytest.raises(KeyboardInterrupt):
+        with progress.build_progress("decode", "sm_80", folder, cached=False):
+            assert err.getvalue().endswith(", about 41 s as last time…")
+            raise KeyboardInterrupt
+    assert err.getvalue().endswith("\rcompiling decode for sm_80 failed".ljust(
+        len(err.getvalue().split("\r")[0]) + 1) + "\n")
+
+    err.seek(0), err.truncate()
+    with progress.build_progress("decode", "sm_80", folder, cached=True) as done:
+        pass
+    assert not done("compiled") and err.getvalue() == ""
+    monkeypatch.setenv("ATTNBOOK_BUILD_PROGRESS", "0")
+    with progress.build_progress("decode", "sm_80", folder, cached=False) as done:
+        pass
+    assert not done("compiled") and err.getvalue() == ""
+
+
+def test_a_first_build_in_jupyter_is_one_display_updated_in_place(tmp_path,
+                                                                  monkeypatch):
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(("update", repr(obj)))
+
+    def display(obj, display_id):
+        shown.append(("display", repr(obj)))
+        return Handle()
+
+    import IPython.display
+    monkeypatch.setattr(IPython.display, "display", display)
+    monkeypatch.setattr(progress, "_in_jupyter", lambda: True)
+    monkeypatch.setenv("ATTNBOOK_BUILD_PROGRESS", "1")
+    with progress.build_progress("gemm", "the CPU emulator", tmp_path / "g",
+                                 cached=False) as done:
+        pass
+    done("compiled gemm for the CPU emulator in 3.0 s")
+    assert shown == [("display", "compiling gemm for the CPU emulator: its first use "
+                      "here; later uses load it from the cache…"),
+                     ("update", "compiled gemm for the CPU emulator in 3.0 s")]
+
+
+def test_compile_shows_the_line_for_a_build_that_is_not_cached(monkeypatch):
+    """ab.compile of a kernel text never built before: the line, then the finished
+    one in its place (the text differs each run, so it is never cached)."""
+    err = _Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setenv("ATTNBOOK_BUILD_PROGRESS", "1")
+    cuda = (HERE / "selftest.cu").read_text() + f"\n// {time.time_ns()}\n"
+    ab.compile("selftest", cuda, (HERE / "selftest_wrapper.cpp").read_text(), ["run"],
+               backend="emulator")
+    lines = err.getvalue().split("\r")
+    assert lines[0].startswith("compiling selftest for the CPU emulator: its first "
+                               "use here")
+    assert re.fullmatch(r"compiled selftest for the CPU emulator in [\d.]+ s *\n",
+                        lines[1])
 
 
 # ---- the portable context switch gives the same answers ------------------------------

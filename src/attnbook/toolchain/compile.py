@@ -32,6 +32,7 @@ import torch
 from ..emulator import emulate, ptx
 from ..emulator.cache import (LINK_FLAGS, build_directory, build_lock, cpp_extension,
                               quiet_build)
+from .progress import build_progress
 
 __all__ = ["compile", "kernel_source", "CompileError",
            "default_backend", "KERNEL_DIR", "INCLUDE_DIR"]
@@ -277,8 +278,11 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
     env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if backend == "cuda":   # one architecture compiles fastest
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list(target)
+    folder = build_directory(full_name, verbose)
     try:
-        with quiet_build(verbose), build_lock(full_name, verbose):
+        with quiet_build(verbose), build_lock(full_name, verbose), build_progress(
+                name + (" (checked)" if checked else ""), target, folder,
+                (folder / f"{full_name}.so").exists()) as progress:
             module = cpp_extension.load_inline(
                 name=full_name, cpp_sources=cpp, cuda_sources=cu or None,
                 functions=functions,
@@ -297,7 +301,8 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
             else:
                 os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
     # One line once the build is done, so that it never splits a cell's output.
-    report_build(name, checked, target, time.perf_counter() - start)
+    report_build(name, checked, target, time.perf_counter() - start,
+                 progress=progress)
     if backend == "emulator":
         twin = None if checked else _Twin(name, cuda, wrapper, functions,
                                           dict(arch=arch, extra_cflags=extra_cflags,
@@ -311,13 +316,17 @@ EMULATOR_TARGET = "the CPU emulator"
 
 
 def report_build(name: str, checked: bool, target: str, seconds: float,
-                 out=None) -> None:
-    """The line a finished build leaves. Printed (to ``out``, by default stdout) for a
-    GPU build, where a reader waits up to a minute on the first one, and where ``out``
-    is given; an emulator build, seconds long, is an INFO record of the ``attnbook``
-    logger instead, so that it leaves no line in a notebook's output."""
+                 out=None, progress=None) -> None:
+    """The line a finished build leaves: in place of the line shown while it ran
+    where ``progress`` (:func:`~attnbook.toolchain.progress.build_progress`'s
+    callback) shows one; else printed (to ``out``, by default stdout) for a GPU build,
+    where a reader waits up to a minute on the first one, and where ``out`` is given;
+    an emulator build is an INFO record of the ``attnbook`` logger instead, so that it
+    leaves no line in a notebook's output."""
     line = (f"compiled {name}{' (checked)' if checked else ''} for {target} in "
             f"{seconds:.1f} s")
+    if progress is not None and progress(line):
+        return
     if target == EMULATOR_TARGET and out is None:
         LOG.info(line)
     else:

@@ -37,6 +37,7 @@ from .compile import (BACKENDS, CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR,
                       arch_number, build_lock, device_arch, fmad_off, short_error,
                       build_directory, cpp_extension, default_backend,
                       emulator_headers, quiet_build, report_build, write_if_changed)
+from .progress import build_progress
 
 __all__ = ["load_extension"]
 
@@ -250,8 +251,13 @@ class Build:
 
     def _load(self, full, paths, cflags, cuda_cflags, includes, target):
         start = time.perf_counter()
+        checked = "_checked_" in full
+        folder = build_directory(full, self.verbose)
         try:
-            with quiet_build(self.verbose), build_lock(full, self.verbose):
+            with quiet_build(self.verbose), build_lock(full, self.verbose), \
+                    build_progress(self.name + (" (checked)" if checked else ""),
+                                   target, folder,
+                                   (folder / f"{full}.so").exists()) as progress:
                 module = cpp_extension.load(
                     name=full, sources=paths, extra_cflags=cflags,
                     extra_cuda_cflags=cuda_cflags or None,
@@ -261,8 +267,8 @@ class Build:
         except (RuntimeError, ImportError) as e:
             raise CompileError(f"compiling {self.name} failed:\n"
                                f"{self._errors(str(e))}") from None
-        report_build(self.name, "_checked_" in full, target,
-                     time.perf_counter() - start)
+        report_build(self.name, checked, target, time.perf_counter() - start,
+                     progress=progress)
         return module
 
     def _errors(self, log):

@@ -34,6 +34,7 @@ from .compile import (CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR, EMULATOR_TARGET,
                       INCLUDE_DIR, CompileError, arch_number, build_directory,
                       build_lock, cpp_extension, emulator_headers, report_build,
                       short_error)
+from .progress import build_progress
 
 __all__ = ["build", "run", "main"]
 
@@ -94,7 +95,9 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
     folder = build_directory(full, verbose)
     exe = folder / name
     start = time.perf_counter()
-    with build_lock(full, verbose):
+    with build_lock(full, verbose), build_progress(
+            name + (" (checked)" if sanitize else ""), EMULATOR_TARGET, folder,
+            exe.is_file()) as progress:
         if not exe.is_file():
             files = []
             for file_name, cpp in units.items():   # a.cu as a.cu.cpp: C++
@@ -109,7 +112,8 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
                 where = named[0] if named else paths[0].name
                 raise CompileError(f"compiling {where} failed:\n"
                                    + short_error(done.stderr, texts[where], where))
-    report_build(name, sanitize, EMULATOR_TARGET, time.perf_counter() - start, log)
+    report_build(name, sanitize, EMULATOR_TARGET, time.perf_counter() - start, log,
+                 progress)
     return exe
 
 
