@@ -83,6 +83,16 @@ CASES = {
     # opt-in.
     "paged bf16 multi-query, 32 heads": (1, 32, 1, 1, 128, torch.bfloat16, 16, True,
                                          True, 40, [33], [1, 2]),
+    # The tensor-core step (fp16/bf16, D 64 and 128, Sq = 1 or no causal mask): several
+    # tiles per warp (both stages of its ring, 64 keys a round), a partial last tile,
+    # pages of 16 and of 5 (a page lookup per key), four query rows per kv head.
+    "contiguous fp16 long, tensor cores": (2, 8, 2, 1, 128, torch.float16, None, True,
+                                           True, 700, [300, 651], [1, 3, None]),
+    "paged bf16 pages of 5, tensor cores": (2, 4, 1, 1, 64, torch.bfloat16, 5, True,
+                                            True, 200, [130, 197], [1, 4]),
+    "paged fp16 speculative without mask, tensor cores": (1, 8, 2, 4, 64,
+                                                          torch.float16, 16, True,
+                                                          False, 100, [77], [1, 2]),
 }
 
 
@@ -143,6 +153,37 @@ def test_nan_propagates_and_masked_keys_take_no_part(device):
     assert not torch.isfinite(o[1, :, 1]).any()
 
 
+@pytest.mark.parametrize("dtype,d,sq,causal,kernel", [
+    (torch.float16, 128, 1, True, "decode_tc_kernel"),
+    (torch.bfloat16, 64, 3, False, "decode_tc_kernel"),
+    (torch.float16, 64, 3, True, "decode_kernel"),     # rows see different keys
+    (torch.float16, 96, 1, True, "decode_kernel"),     # no swizzle for 96
+    (torch.float32, 128, 1, True, "decode_kernel")], ids=str)
+def test_the_tensor_core_step_runs_where_it_serves(dtype, d, sq, causal, kernel):
+    k_cache, v_cache, _ = make_cache(1, 2, d, [40], "cpu", max_len=48, dtype=dtype)
+    q = torch.randn(1, 4, sq, d).to(dtype)
+    with ab.profile() as report:
+        ab.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=40,
+                                  is_causal=causal, num_splits=1)
+    assert [x.kernel.split("<")[0] for x in report.launches] == [kernel]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_a_nan_query_row_is_nan_on_tensor_cores(dtype, device):
+    """A row whose every score is NaN leaves each warp's max at −inf: the merge still
+    gives NaN for it (not the zeros of a row without keys), and the other rows are
+    untouched."""
+    k_cache, v_cache, _ = make_cache(1, 1, 64, [150], device, max_len=160,
+                                     dtype=dtype)
+    q = torch.randn(1, 4, 1, 64).to(device, dtype)
+    q[0, 2, 0, 7] = NAN
+    for splits in (1, 2):
+        o, lse = ab.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=150,
+                                           num_splits=splits, return_softmax_lse=True)
+        assert o[0, 2].isnan().all() and lse[0, 2].isnan().all()
+        assert o[0, [0, 1, 3]].isfinite().all() and lse[0, [0, 1, 3]].isfinite().all()
+
+
 def test_splits_agree_with_one_split(device):
     k_cache, v_cache, table = make_cache(2, 2, 64, [90, 45], device, max_len=96,
                                          block_size=16)
@@ -177,7 +218,7 @@ def test_the_cache_is_read_16_bytes_at_a_time_where_aligned(dtype, offset):
     with ab.profile() as report:
         o = ab.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, num_splits=1)
     torch.testing.assert_close(o.double(), want, **TOL[dtype])
-    (launch,) = [x for x in report.launches if x.kernel.startswith("decode_kernel")]
+    (launch,) = [x for x in report.launches if x.kernel.startswith("decode")]
     loads = [r for r in launch.rows if (r.space, r.op) == ("global", "load")]
     cache = max(loads, key=lambda r: r.bytes)   # the line that reads the cache
     assert cache.bytes >= 0.9 * sum(r.bytes for r in loads)

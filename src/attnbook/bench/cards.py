@@ -352,11 +352,11 @@ def _gemm_spec(step):
                 min_bytes=12.0 * n * n, kernels=(kernel,))
 
 
-def _decode_run(paged):
+def _decode_run(paged, dtype=torch.float16):
     """One step of two sequences (512 and 301 cached keys); paged: pages of 16
     positions in reversed order."""
-    q = _randn(2, 8, 1, 128, dtype=torch.float16)
-    cache = [_randn(2, 2, 512, 128, dtype=torch.float16, seed=s) for s in (1, 2)]
+    q = _randn(2, 8, 1, 128, dtype=dtype)
+    cache = [_randn(2, 2, 512, 128, dtype=dtype, seed=s) for s in (1, 2)]
     lengths = torch.tensor([512, 301], dtype=torch.int32)
     table = None
     if paged:   # page p of sequence b is pool page 63 − (32 b + p)
@@ -467,13 +467,17 @@ SPECS = [
     Spec("kv-cache append", "9", "B=2 Hkv=2 D=128 fp16, one token", "kv_cache.cu",
          _append_run, flops=0.0, min_bytes=2 * 2.0 * 2 * 2 * 128 * 2,
          kernels=("kv_cache_append_kernel<unsigned short>",)),
-    *(Spec(f"decode{' paged' if paged else ''}", "9",
-           "B=2 H=8 Hkv=2 D=128 fp16, 512 and 301 keys"
+    # fp16 runs the tensor-core step, fp32 the step a lane per key
+    *(Spec(f"decode{' paged' if paged else ''}{' fp32' if size == 4 else ''}", "9",
+           f"B=2 H=8 Hkv=2 D=128 {'fp32' if size == 4 else 'fp16'}, 512 and 301 keys"
            + (", pages of 16" if paged else ""), "decode.cu",
-           lambda paged=paged: _decode_run(paged), flops=4.0 * 8 * 128 * (512 + 301),
-           min_bytes=2.0 * 2 * 2 * 128 * (512 + 301) + 2 * 2 * 8 * 128 * 2,
-           kernels=("decode_kernel<__half, 128>",))
-      for paged in (False, True)),
+           lambda paged=paged, dtype=dtype: _decode_run(paged, dtype),
+           flops=4.0 * 8 * 128 * (512 + 301),
+           min_bytes=size * (2.0 * 2 * 128 * (512 + 301) + 2 * 8 * 128 * 2),
+           kernels=(kernel,))
+      for paged in (False, True)
+      for size, dtype, kernel in ((2, torch.float16, "decode_tc_kernel<__half, 128>"),
+                                  (4, torch.float32, "decode_kernel<float, 128>"))),
     *(_backward_spec(step, d) for step in (1, 2, "tc") for d in (D, 128)),
 ]
 

@@ -32,16 +32,18 @@ def _qkv(device, b, h, sq, sk, d, dtype=torch.float32):
             _randn(device, b, h // 2, sk, d, dtype=dtype, seed=3))
 
 
-def _decode(device, paged):
-    q = _randn(device, 2, 4, 1, 32, seed=4)
-    k, v = _randn(device, 2, 2, 1, 32, seed=5), _randn(device, 2, 2, 1, 32, seed=6)
+def _decode(device, paged, d=32, dtype=torch.float32):
+    """One decode step of 4 query heads on 2 kv heads against 37 and 5 keys: the
+    fp32 step at d 32; at fp16/bf16 and d 64 or 128 the tensor-core step."""
+    q = _randn(device, 2, 4, 1, d, dtype=dtype, seed=4)
+    k, v = (_randn(device, 2, 2, 1, d, dtype=dtype, seed=s) for s in (5, 6))
     lengths = torch.tensor([37, 5], dtype=torch.int32, device=device)
     if not paged:
-        kc = _randn(device, 2, 2, 48, 32, seed=7)
-        vc = _randn(device, 2, 2, 48, 32, seed=8)
+        kc = _randn(device, 2, 2, 48, d, dtype=dtype, seed=7)
+        vc = _randn(device, 2, 2, 48, d, dtype=dtype, seed=8)
         return ops.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lengths,
                                           num_splits=2)
-    kc, vc = _randn(device, 7, 2, 8, 32, seed=7), _randn(device, 7, 2, 8, 32, seed=8)
+    kc, vc = (_randn(device, 7, 2, 8, d, dtype=dtype, seed=s) for s in (7, 8))
     table = torch.tensor([[3, 0, 6, 1, 5], [2, 4, 4, 4, 4]], dtype=torch.int32,
                          device=device)
     return ops.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lengths,
@@ -86,6 +88,10 @@ LAUNCHES = {
        for s in ops.GEMM_STEPS},
     "decode, split-K": lambda dev: _decode(dev, False),
     "decode, paged": lambda dev: _decode(dev, True),
+    "decode, tensor cores, split-K": lambda dev: _decode(dev, False, 64,
+                                                          torch.float16),
+    "decode, tensor cores, paged": lambda dev: _decode(dev, True, 128,
+                                                        torch.bfloat16),
     **{f"backward step {s}": (lambda dev, s=s: _backward(
         dev, lambda q, k, v: ops.flash_attention_fp32(q, k, v, is_causal=True, step=s)))
        for s in (1, 2)},

@@ -104,7 +104,7 @@ STAGES = (
           (PYTEST + ("-n", "{workers}", "--dist", "load", "-m", "cuda or gpu",
                      "--junitxml", "{out}/junit.xml", "tests/"),),
           env=(("ATTNBOOK_TEST_DEVICES", "cuda"),)),   # collect the cuda half only
-    _bench("a", ("02", "03", "04", "05"), 30),
+    _bench("a", ("02", "03", "04", "05", "08fa2"), 90),
     _bench("b", ("07", "08", "09", "10", "11", "11tc"), 330),
     _notebooks("a", "chapters 1-6 and the appendices", NOTEBOOKS_A, 180),
     _notebooks("b", "chapters 7-11", NOTEBOOKS_B, 400),

@@ -147,14 +147,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   TileKeys* loc = reinterpret_cast<TileKeys*>(qs + rows * D);   // [2]: t and t + 1
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  // This split's keys: the s-th share of the sequence's tiles (per sequence, since the
-  // lengths differ). A split with no tile writes an empty state: m = -inf, l = 0.
-  const long long L = min(max((long long)cache_seqlens[b] + new_keys, 0ll),
-                          (long long)cache.capacity);
-  const long long tiles = (L + kDecodeKeys - 1) / kDecodeKeys;
-  const long long per_split = (tiles + gridDim.x - 1) / gridDim.x;
-  const int k_begin = int(min(L, blockIdx.x * per_split * kDecodeKeys));
-  const int k_end = int(min(L, k_begin + per_split * kDecodeKeys));
+  // This split's keys, in whole tiles. A split with no tile writes an empty state:
+  // m = -inf, l = 0.
+  int k_begin, k_end;
+  const long long L =
+      split_keys(cache, cache_seqlens, new_keys, b, kDecodeKeys, &k_begin, &k_end);
   const int n_tiles = (k_end - k_begin + kDecodeKeys - 1) / kDecodeKeys;
 
   // Block row r is query i = r % Sq of head hk·G + r / Sq, times scale. Element d =
@@ -326,6 +323,43 @@ __global__ void decode_combine_kernel(const float* __restrict__ o_part,
   }
 }
 
+#include "decode_tc.cuh"   // after store(): the tensor-core step uses it
+
+// Launches decode_tc_kernel<T, D> and returns true where it serves the call: 16-bit
+// values, D 64 or 128, every row admitting every key below the length, aligned
+// caches, and a GPU with cp.async, bf16 mma and the kernel's shared memory (sm_80 or
+// newer; the emulator is sm_80). Its arguments are launch's.
+template <class T, int D>
+static bool launch_tensor_cores(const void* q, const Layout& lq, const void* k_cache,
+                                const void* v_cache, const KVCache& cache,
+                                const int* cache_seqlens, int new_keys, void* o,
+                                float* o_part, float* lse, int B, int H, int Hkv,
+                                int Sq, int num_splits, float scale, bool causal,
+                                bool wide, cudaStream_t stream) {
+  if constexpr (sizeof(T) != 2 || (D != 64 && D != 128)) {
+    return false;
+  } else {
+    constexpr int bytes = decode_tc_bytes<D>();
+    int device = 0, major = 0, optin = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (!wide || (causal && Sq > 1) || major < 8 || optin < bytes) return false;
+    cudaFuncSetAttribute(decode_tc_kernel<T, D>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    const int groups = ((H / Hkv) * Sq + kTcDecodeRows - 1) / kTcDecodeRows;
+    const long long pairs = (long long)B * Hkv;
+    for (long long pair0 = 0; pair0 < pairs; pair0 += 65535) {   // gridDim.y ≤ 65535
+      const dim3 grid(num_splits, unsigned(std::min(pairs - pair0, 65535ll)), groups);
+      decode_tc_kernel<T, D><<<grid, 32 * kTcDecodeWarps, bytes, stream>>>(
+          static_cast<const T*>(q), lq, static_cast<const T*>(k_cache),
+          static_cast<const T*>(v_cache), cache, cache_seqlens, new_keys,
+          static_cast<T*>(o), o_part, lse, int(pair0), B, H, Hkv, Sq, scale);
+    }
+    return true;
+  }
+}
+
 template <class T, int D>
 static void launch(const void* q, const Layout& lq, const void* k_cache,
                    const void* v_cache, const KVCache& cache, const int* cache_seqlens,
@@ -345,18 +379,23 @@ static void launch(const void* q, const Layout& lq, const void* k_cache,
            (cache.block_size < 2 || l.s % kN == 0);
   };
   const bool wide = aligned(k_cache, cache.k) && aligned(v_cache, cache.v);
-  if (smem > 48 * 1024)   // fp32, D = 128, 32 rows: opt in (a failure fails the launch)
-    cudaFuncSetAttribute(decode_kernel<T, D>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   const long long pairs = (long long)B * Hkv;
   const bool split = num_splits > 1;
-  for (long long pair0 = 0; pair0 < pairs; pair0 += 65535) {   // gridDim.y ≤ 65535
-    const dim3 grid(num_splits, unsigned(std::min(pairs - pair0, 65535ll)), groups);
-    decode_kernel<T, D><<<grid, kDecodeThreads, smem, stream>>>(
-        static_cast<const T*>(q), lq, static_cast<const T*>(k_cache),
-        static_cast<const T*>(v_cache), cache, wide, cache_seqlens, new_keys,
-        static_cast<T*>(o), split ? o_part : nullptr, split ? lse_part : lse,
-        int(pair0), B, H, Hkv, Sq, scale, causal);
+  if (!launch_tensor_cores<T, D>(q, lq, k_cache, v_cache, cache, cache_seqlens,
+                                 new_keys, o, split ? o_part : nullptr,
+                                 split ? lse_part : lse, B, H, Hkv, Sq, num_splits,
+                                 scale, causal, wide, stream)) {
+    if (smem > 48 * 1024)   // fp32, D = 128, 32 rows: opt in (a failure fails it)
+      cudaFuncSetAttribute(decode_kernel<T, D>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    for (long long pair0 = 0; pair0 < pairs; pair0 += 65535) {   // gridDim.y ≤ 65535
+      const dim3 grid(num_splits, unsigned(std::min(pairs - pair0, 65535ll)), groups);
+      decode_kernel<T, D><<<grid, kDecodeThreads, smem, stream>>>(
+          static_cast<const T*>(q), lq, static_cast<const T*>(k_cache),
+          static_cast<const T*>(v_cache), cache, wide, cache_seqlens, new_keys,
+          static_cast<T*>(o), split ? o_part : nullptr, split ? lse_part : lse,
+          int(pair0), B, H, Hkv, Sq, scale, causal);
+    }
   }
   if (!split) return;
   const long long n_rows = (long long)B * H * Sq, n = n_rows * D;

@@ -23,3 +23,19 @@ __device__ __forceinline__ long long kv_offset(const Layout& l, int page, int h,
                                                int slot) {
   return page * l.b + h * l.h + slot * l.s;
 }
+
+// Keys [*begin, *end) of sequence b for split blockIdx.x of gridDim.x: its
+// cache_seqlens[b] + new_keys keys (at most the capacity; returned) cut into units of
+// `unit` keys, each split a run of whole units (per sequence, since the lengths
+// differ). A split past the last unit gets an empty range.
+__device__ __forceinline__ long long split_keys(const KVCache& cache,
+                                                const int* cache_seqlens, int new_keys,
+                                                int b, int unit, int* begin, int* end) {
+  const long long L = min(max((long long)cache_seqlens[b] + new_keys, 0ll),
+                          (long long)cache.capacity);
+  const long long units = (L + unit - 1) / unit;
+  const long long per_split = (units + gridDim.x - 1) / gridDim.x;
+  *begin = int(min(L, blockIdx.x * per_split * unit));
+  *end = int(min(L, *begin + per_split * unit));
+  return L;
+}
