@@ -259,6 +259,19 @@ def test_output_a_reader_sees_fits_88_columns(nb):
     assert not too_long, f"{nb.name}: output lines over 88 columns: {too_long[:10]}"
 
 
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_outputs_hold_no_build_line(nb):
+    """A notebook's outputs are made with its builds cached (or with
+    ATTNBOOK_BUILD_PROGRESS=0): the line a first build shows is the reader's machine's,
+    and the test run, with every build cached or not, shows none to compare with."""
+    build = re.compile(r"^(compiling|compiled) \w+( \(checked\))? for ", re.M)
+    for n, cell in enumerate(json.loads(nb.read_text())["cells"]):
+        for out in cell.get("outputs", []):
+            text = "".join(out.get("text", "")) + "".join(
+                out.get("data", {}).get("text/plain", ""))
+            assert not build.search(text), f"{nb.name} cell {n}: {text[:80]!r}"
+
+
 def test_long_output_lines_sees_what_a_reader_sees():
     import nbformat
     v4 = nbformat.v4
