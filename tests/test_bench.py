@@ -13,7 +13,7 @@ import attnbook as ab
 from attnbook import bench
 
 matplotlib.use("Agg")
-RESULTS = bench.results_dir()
+RESULTS = bench.PACKAGE_RESULTS
 
 
 def test_attention_work():
@@ -74,6 +74,29 @@ def test_save_and_load_round_trip(tmp_path, monkeypatch):
     assert bench.ratio(loaded, "torch eager", "attnbook naive", S=512) == 4.0
     assert (bench.ratio(loaded, "sdpa flash", "attnbook naive", S=256)
             != bench.ratio(loaded, "sdpa flash", "attnbook naive", S=256))  # NaN
+
+
+def test_a_readers_results_go_to_their_cache_and_come_first(tmp_path, monkeypatch):
+    """Without ATTNBOOK_RESULTS a GPU's results are saved in the user's cache, never
+    in the installed package; reading, a chapter has the package's records and the
+    reader's, the reader's own measurement of a GPU in place of the package's."""
+    monkeypatch.delenv("ATTNBOOK_RESULTS", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    packaged = {r.machine["gpu"] for r in bench.load("08")}
+    assert packaged and "Tesla T4" not in packaged
+    path = bench.save(fake_result("08", date="2099-01-01"))
+    assert path == tmp_path / "attnbook" / "results" / "08" / "Tesla_T4.json"
+    assert [r.machine["gpu"] for r in bench.load("08")][0] == "Tesla T4"  # newest
+    assert {r.machine["gpu"] for r in bench.load("08")} == packaged | {"Tesla T4"}
+    gpu = sorted(packaged)[0]
+    mine = fake_result("08", gpu=gpu, date="2099-01-02")
+    mine.rows[0]["ms"] = 123.0
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: gpu)
+    bench.save(mine)
+    (theirs,) = [r for r in bench.load("08") if r.machine["gpu"] == gpu]
+    assert theirs.rows[0]["ms"] == 123.0 and len(bench.load("08")) == len(packaged) + 1
 
 
 def test_table_marks_unsupported_runs():

@@ -26,7 +26,7 @@ from ..toolchain.text import wrap
 __all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_bytes",
            "pytorch_attention", "Result", "Table", "machine_record", "measure", "save",
            "load", "load_ncu", "load_counters", "load_sass_anchors", "results_dir",
-           "results_file", "run_or_load", "ratio", "bound_ms"]
+           "results_file", "PACKAGE_RESULTS", "run_or_load", "ratio", "bound_ms"]
 
 # Datasheet peaks: fp32 on CUDA cores (TFLOP/s), dense fp16 on tensor cores (TFLOP/s),
 # and DRAM bandwidth (GB/s). Matched against torch's device name in this order
@@ -267,20 +267,37 @@ def measure(impl: str, fn, case: dict, *, flops: float, bytes: float, peaks: dic
     return row
 
 
+PACKAGE_RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+
+
 def results_dir() -> pathlib.Path:
-    """Where recorded results live: ``$ATTNBOOK_RESULTS`` if set, else the package's own
-    ``bench/results`` (package data, so an installed wheel and a Colab reader find
-    them)."""
+    """Where results measured on this machine are written: ``$ATTNBOOK_RESULTS`` if
+    set, else the user's cache (``$XDG_CACHE_HOME`` or ``~/.cache``, then
+    ``attnbook/results``), never the installed package, which a reader may not own
+    and an upgrade replaces."""
     if os.environ.get("ATTNBOOK_RESULTS"):
         return pathlib.Path(os.environ["ATTNBOOK_RESULTS"])
-    return pathlib.Path(__file__).resolve().parent / "results"
+    cache = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
+    return pathlib.Path(cache) / "attnbook" / "results"
 
 
-def results_file(kind: str, gpu: str) -> pathlib.Path:
+def _folders() -> list:
+    """Where recorded results are read: ``$ATTNBOOK_RESULTS`` alone if set (a GPU run
+    shows its own); else the user's results, then the package's own records
+    (:data:`PACKAGE_RESULTS`, package data: an installed wheel and a Colab reader find
+    them)."""
+    if os.environ.get("ATTNBOOK_RESULTS"):
+        return [results_dir()]
+    return [results_dir(), PACKAGE_RESULTS]
+
+
+def results_file(kind: str, gpu: str,
+                 folder: pathlib.Path | None = None) -> pathlib.Path:
     """Where the record of ``kind`` (a chapter, "counters", …) for the GPU named
-    ``gpu`` lives: ``results_dir()/<kind>/<gpu, letters and digits>.json``."""
-    return results_dir() / kind / (re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_")
-                                   + ".json")
+    ``gpu`` lives: ``<folder>/<kind>/<gpu, letters and digits>.json``, in
+    :func:`results_dir` unless ``folder`` is given."""
+    return (folder or results_dir()) / kind / (
+        re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_") + ".json")
 
 
 def save(result: Result) -> pathlib.Path:
@@ -295,21 +312,21 @@ def save(result: Result) -> pathlib.Path:
     return path
 
 
+def _records(kind: str) -> list:
+    """The recorded JSON files of ``kind`` over :func:`_folders`, one per GPU (the
+    user's own measurement of a GPU before the package's), newest first by their
+    ``date`` (a chapter's: its machine's)."""
+    found = {}
+    for folder in _folders():
+        for path in sorted((folder / kind).glob("*.json")):
+            found.setdefault(path.name, json.loads(path.read_text()))
+    return sorted(found.values(), key=lambda r: r.get("date") or r["machine"]["date"],
+                  reverse=True)
+
+
 def load(chapter: str) -> list:
     """Every recorded result of a chapter, one per device, newest first."""
-    folder = results_dir() / chapter
-    found = ([Result(**json.loads(p.read_text()))
-              for p in sorted(folder.glob("*.json"))]
-             if folder.is_dir() else [])
-    return sorted(found, key=lambda r: r.machine.get("date", ""), reverse=True)
-
-
-def _records(kind: str) -> list:
-    """The recorded JSON files of ``results_dir()/kind``, one per GPU, newest first."""
-    folder = results_dir() / kind
-    found = ([json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
-             if folder.is_dir() else [])
-    return sorted(found, key=lambda r: r["date"], reverse=True)
+    return [Result(**record) for record in _records(chapter)]
 
 
 def load_ncu() -> list:

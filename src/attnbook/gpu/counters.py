@@ -24,6 +24,7 @@ import argparse
 import csv
 import datetime
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -179,7 +180,10 @@ def _work(name: str) -> dict:
 def record(folder: pathlib.Path) -> pathlib.Path:
     """Read the launches' csv files in ``folder`` into the package's record of this
     GPU (see the module's docstring); returns the file written."""
-    from ..bench.harness import results_file
+    from ..bench.harness import PACKAGE_RESULTS, results_file
+    # the package's record, which the book ships, unless ATTNBOOK_RESULTS redirects it
+    target = (pathlib.Path(os.environ["ATTNBOOK_RESULTS"])
+              if os.environ.get("ATTNBOOK_RESULTS") else PACKAGE_RESULTS)
     environment = folder.parent / "check" / "environment.json"
     if not environment.exists():
         raise FileNotFoundError(f"{environment}: the run's check stage names the GPU")
@@ -193,7 +197,7 @@ def record(folder: pathlib.Path) -> pathlib.Path:
     if not launches:
         raise FileNotFoundError(f"no launch's csv file in {folder}")
     date = datetime.date.fromtimestamp(min(measured)).isoformat()
-    out = results_file("counters", device["gpu"])
+    out = results_file("counters", device["gpu"], target)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(date=date, device=device, command=(
         "python -m attnbook.gpu.counters --out DIR; ... --record DIR"),
