@@ -340,13 +340,25 @@ static bool launch_tensor_cores(const void* q, const Layout& lq, const void* k_c
     return false;
   } else {
     constexpr int bytes = decode_tc_bytes<D>();
-    int device = 0, major = 0, optin = 0;
+    if (!wide || (causal && Sq > 1)) return false;
+    // Whether the GPU can run it (sm_80+, the shared memory opted in), asked once per
+    // device: a decode step runs in every layer for every token. 0: not asked yet.
+    static signed char capable[64] = {};   // 1 yes, -1 no
+    int device = 0;
     cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (!wide || (causal && Sq > 1) || major < 8 || optin < bytes) return false;
-    cudaFuncSetAttribute(decode_tc_kernel<T, D>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    signed char unlisted = 0;
+    signed char& can = device < 64 ? capable[device] : unlisted;
+    if (can == 0) {
+      int major = 0, optin = 0;
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      constexpr auto kOptIn = cudaFuncAttributeMaxDynamicSharedMemorySize;
+      const bool fits =
+          major >= 8 && optin >= bytes &&
+          cudaFuncSetAttribute(decode_tc_kernel<T, D>, kOptIn, bytes) == cudaSuccess;
+      can = fits ? 1 : -1;
+    }
+    if (can < 0) return false;
     const int groups = ((H / Hkv) * Sq + kTcDecodeRows - 1) / kTcDecodeRows;
     const long long pairs = (long long)B * Hkv;
     for (long long pair0 = 0; pair0 < pairs; pair0 += 65535) {   // gridDim.y ≤ 65535

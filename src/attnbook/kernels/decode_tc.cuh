@@ -4,8 +4,9 @@
 // the G = H / Hkv that share a kv head: every warp re-reads the whole tile, and the
 // values go through a serial loop per key. The H200 measured it at 9% of its memory
 // bandwidth at B 16, L 32768, where it issued about 345 warp instructions per key.
-// This kernel reads each key and value once per kv head and spends about 15 warp
-// instructions on it, so that the memory, not the issue, sets the time:
+// This kernel reads each key and value once per kv head and spends about 22 warp
+// instructions on it (its sm_90 loop: 33 HMMA and 324 others per 16 keys), so that
+// the memory, not the issue, sets the time:
 // - The G·Sq query rows of a kv head (≤ 16) are the M dimension of mma.m16n8k16
 //   (FlashAttention's "query heads as rows", seqlenq_ngroups_swapped): one mma scores
 //   8 keys against every row at 16 of d. Rows past G·Sq are zeros, computed and never
@@ -16,7 +17,7 @@
 //   while t is computed), with no barrier between warps until the end, where the four
 //   partial states (m, ℓ, acc) merge through shared memory (chapter 3's merge).
 // - Each lane copies 16-byte chunks, the chunks of a key row on consecutive lanes; a
-//   key's page and slot are found once per copy pass, for K and V together.
+//   tile's page is found once (pages of a multiple of 16 positions), for K and V.
 // - The softmax in log2 units with the scale folded in, the row sums as an mma of P
 //   with ones (step 6's online_softmax_exp2).
 // Keys past the split's end are zeros in shared memory and score −inf: they take no
