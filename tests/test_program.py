@@ -75,6 +75,21 @@ def test_a_program_of_two_files_runs_as_nvcc_builds_it():
     assert "0 bytes past the end of a 1200-byte allocation" in done.stderr
 
 
+def test_initcheck_finds_a_read_of_what_no_copy_wrote():
+    # a program that copies half its input: the kernel's reads of the rest were unseen
+    done = run(*OPTIONS, "--sanitize", str(SOURCE), "unwritten")
+    assert done.returncode == 1 and done.stdout == ""
+    assert "initcheck: uninitialized __global__ read of size 4 bytes at " \
+           f"sums.cu:{LINE}" in done.stderr
+    byte = int(re.search(r"is byte (\d+) of a 4000-byte allocation at 0x[0-9a-f]+ made "
+                         r"during the call, whose bytes \d+-\d+ nothing had written",
+                         done.stderr)[1])
+    assert 2000 <= byte < 4000
+    done = run(*OPTIONS, "--sanitize", str(SOURCE), "sum")   # all of it copied
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"sum {2 * sum(range(999))}\n"
+
+
 def test_memcheck_names_a_use_after_free():
     done = run(*OPTIONS, "--sanitize", str(SOURCE), "freed")
     assert done.returncode == 1

@@ -21,11 +21,11 @@ from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, TC_STEPS, Attention, PagedKVCache
                   attention, attention_with_kvcache, flash_attention_fp32,
                   flash_attention_tc, gemm, kv_cache_append, softmax)
 from .reference import attention_reference, expand_kv, flash_attention_tiles, masks
-from .toolchain import (CompileError, KernelFault, KernelInterrupted, KernelTimeout,
-                        MemcheckError, RaceError, SanitizerError, compile,
-                        default_backend, describe_machine, has_gpu, kernel_source,
-                        load_extension, occupancy, profile, ptxas_report, sanitize,
-                        thread_order, time_budget, workers)
+from .toolchain import (CompileError, InitcheckError, KernelFault, KernelInterrupted,
+                        KernelTimeout, MemcheckError, RaceError, SanitizerError,
+                        compile, default_backend, describe_machine, has_gpu,
+                        kernel_source, load_extension, occupancy, profile,
+                        ptxas_report, sanitize, thread_order, time_budget, workers)
 
 __version__ = "0.1.0"
 

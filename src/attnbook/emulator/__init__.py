@@ -11,5 +11,5 @@ The package's bottom layer: it imports nothing of attnbook's. The toolchain abov
 ``main()``: ``python -m attnbook.toolchain.program run``) builds kernel text with it."""
 from .emulate import (INCLUDE_DIR, ORDERS, KernelFault, KernelInterrupted,
                       KernelTimeout, thread_order, time_budget, workers)
-from .sanitizer import (MemcheckError, ProfileReport, RaceError, SanitizerError,
-                        profile, sanitize)
+from .sanitizer import (InitcheckError, MemcheckError, ProfileReport, RaceError,
+                        SanitizerError, profile, sanitize)

@@ -1,6 +1,6 @@
 """What compute-sanitizer and a profiler give on a GPU, for kernels on the emulator.
 
-Checked mode (memcheck and racecheck)::
+Checked mode (memcheck, racecheck and initcheck)::
 
     with ab.sanitize():
         out = ab.attention(q, k, v)   # any emulator launch: package ops, ab.compile
@@ -39,6 +39,15 @@ access of kernel code is checked:
   passed a named barrier or collective after the first access, even different ones: a
   hazard can go unreported where more threads share a word or such barriers
   interleave; none is ever made up.
+* initcheck: a kernel's read (or atomic update) of global memory the call allocated
+  (``torch::empty``, ``cudaMalloc``) that neither host code (``torch::zeros``,
+  ``cudaMemset``, a copy) nor a kernel has written raises :class:`InitcheckError`:
+  ``initcheck: uninitialized __global__ read of size 4 bytes at ...``, the rest as
+  memcheck's. Such memory starts out holding a pattern of signalling NaNs; host code
+  overwrites it, a kernel's write replaces it word by word, and a read of a 4-byte word
+  that still holds it is reported. The call's own tensors count as written, and a word
+  with any byte written counts as written (the bytes beside a 1- or 2-byte element
+  written go unreported).
 
 Profile::
 
@@ -79,10 +88,10 @@ import warnings
 
 import torch
 
-__all__ = ["sanitize", "profile", "SanitizerError", "MemcheckError", "RaceError",
-           "ProfileReport", "LaunchProfile", "LineCounts"]
+__all__ = ["sanitize", "profile", "SanitizerError", "MemcheckError", "InitcheckError",
+           "RaceError", "ProfileReport", "LaunchProfile", "LineCounts"]
 
-MEMCHECK, RACECHECK, PROFILE = 1, 2, 4
+MEMCHECK, RACECHECK, PROFILE, INITCHECK = 1, 2, 4, 8
 _ENV = "ATTNBOOK_SANITIZE"
 _active: list[int] = []   # the checks of each sanitize() block entered
 _reports: list["ProfileReport"] = []
@@ -92,7 +101,8 @@ class SanitizerError(RuntimeError):
     """A checked launch found an error in kernel code."""
 
 
-_ACCESS = re.compile(r"memcheck: invalid (?P<space>__\w+__) (?P<kind>\w+) of size "
+_ACCESS = re.compile(r"(?:memcheck: invalid|initcheck: uninitialized) "
+                     r"(?P<space>__\w+__) (?P<kind>\w+) of size "
                      r"(?P<size>\d+) bytes at (?P<location>\S+) in kernel '(?P<kernel>"
                      r"[^']*)' by thread \((?P<thread>[\d,]+)\) in block \((?P<block>"
                      r"[\d,]+)\): address (?P<address>0x[0-9a-f]+) (?P<detail>.*)")
@@ -118,6 +128,13 @@ class MemcheckError(SanitizerError):
             self.address, self.detail = int(m["address"], 16), m["detail"]
 
 
+class InitcheckError(MemcheckError):
+    """A kernel read memory that nothing wrote: global memory the call allocated
+    (``torch::empty``, ``cudaMalloc``) and neither host code nor a kernel had written
+    where it was read. Attributes as :class:`MemcheckError`'s (``kind`` "read" or
+    "atomic")."""
+
+
 class RaceError(SanitizerError):
     """A shared-memory hazard between two barriers; the message names its kind and the
     two access sites (``sites``: their "file:line")."""
@@ -134,18 +151,19 @@ def _env_on() -> bool:
 
 def mode() -> int:
     """The checks and counts the next emulator launch makes (0: plain launch)."""
-    checks = MEMCHECK | RACECHECK if _env_on() else 0
+    checks = MEMCHECK | RACECHECK | INITCHECK if _env_on() else 0
     for c in _active:
         checks |= c
     return checks | (PROFILE if _reports else 0)
 
 
 @contextlib.contextmanager
-def sanitize(memcheck: bool = True, racecheck: bool = True):
-    """Run memcheck and racecheck (or the one asked for: memcheck alone costs about
-    three quarters as much) on every emulator launch inside the ``with`` block (see
-    the module's documentation)."""
-    checks = (MEMCHECK if memcheck else 0) | (RACECHECK if racecheck else 0)
+def sanitize(memcheck: bool = True, racecheck: bool = True, initcheck: bool = True):
+    """Run memcheck, racecheck and initcheck (or those asked for: memcheck alone costs
+    about three quarters as much as memcheck and racecheck) on every emulator launch
+    inside the ``with`` block (see the module's documentation)."""
+    checks = ((MEMCHECK if memcheck else 0) | (RACECHECK if racecheck else 0)
+              | (INITCHECK if initcheck else 0))
     _active.append(checks)
     try:
         yield
@@ -279,6 +297,8 @@ def run_checked(fn, path: str, checks: int, args, kwargs):
             result = fn(*args, **kwargs)
         except RuntimeError as e:
             text = str(e)
+            if "initcheck: " in text:
+                raise InitcheckError(resolve(text, path)[0]) from None
             if "memcheck: " in text:
                 raise MemcheckError(resolve(text, path)[0]) from None
             if "racecheck: " in text:

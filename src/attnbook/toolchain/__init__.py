@@ -2,9 +2,9 @@
 emulator of :mod:`attnbook.emulator` without one), whole extensions, the extension
 cache, ptxas reports, occupancy, the GPUs' facts and the description of the machine.
 The emulator's thread orders and checked mode (sanitize, profile) are re-exported."""
-from ..emulator import (KernelFault, KernelInterrupted, KernelTimeout, MemcheckError,
-                        ProfileReport, RaceError, SanitizerError, profile, sanitize,
-                        thread_order, time_budget, workers)
+from ..emulator import (InitcheckError, KernelFault, KernelInterrupted, KernelTimeout,
+                        MemcheckError, ProfileReport, RaceError, SanitizerError,
+                        profile, sanitize, thread_order, time_budget, workers)
 from .compile import (CompileError, INCLUDE_DIR, KERNEL_DIR, compile, default_backend,
                       kernel_source)
 from .extension import load_extension

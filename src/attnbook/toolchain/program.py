@@ -10,11 +10,11 @@ that follow it, each its own translation unit, with the host compiler against th
 emulator, and runs the program with ``ARGS``, as ``nvcc prog.cu more.cu -o prog &&
 ./prog ARGS`` would on a GPU: its output, its exit status. ``-I`` and ``-D`` are
 nvcc's; ``--arch`` sets ``__CUDA_ARCH__`` (sm_80 by default); ``--sanitize`` builds it
-checked, memcheck and racecheck on from the start, as :func:`attnbook.sanitize` does for
-a module. An error of a launch (a faulting thread, a
-failed assert, a memcheck or racecheck report) ends the program with status 1 and its
-message, with the kernel's ``file:line``, on stderr. Executables are cached in torch's
-extension folder, by their text and flags.
+checked, memcheck, racecheck and initcheck on from the start, as
+:func:`attnbook.sanitize` does for a module. An error of a launch (a faulting thread, a
+failed assert, a memcheck, racecheck or initcheck report) ends the program with status
+1 and its message, with the kernel's ``file:line``, on stderr. Executables are cached
+in torch's extension folder, by their text and flags.
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
     libraries = ["-lpthread", "-ldl"]
     if sanitize:   # the checked build reports torch's allocations through c10
         lib = cpp_extension.library_paths()[0]
-        flags += [*CHECKED_FLAGS, "-DATTNBOOK_PROGRAM_CHECKS=3"]
+        flags += [*CHECKED_FLAGS, "-DATTNBOOK_PROGRAM_CHECKS=11"]
         libraries = [f"-L{lib}", "-lc10", f"-Wl,-rpath,{lib}", *libraries]
     key = hashlib.sha256("\0".join([*units, *units.values(), *flags, *libraries,
                                     torch.__version__, *emulator_headers()]).encode()
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
                         metavar="NAME[=VALUE]", help="a macro")
     parser.add_argument("--arch", default="sm_80", help="__CUDA_ARCH__ (sm_80)")
     parser.add_argument("--sanitize", action="store_true",
-                        help="memcheck and racecheck every launch")
+                        help="memcheck, racecheck and initcheck every launch")
     parser.add_argument("program", help="the .cu file")
     parser.add_argument("args", nargs=argparse.REMAINDER,
                         help="the program's other source files, then its arguments")

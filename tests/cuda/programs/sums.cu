@@ -4,7 +4,8 @@
 // writes far out of bounds, "past" reads one element past the end, "next" 40 past it
 // (where the next buffer would start, were buffers packed), "freed" reads x
 // after freeing it (4 MiB then: memory malloc gives back to the system, which no later
-// allocation of the program or the emulator can reuse before the kernel reads it).
+// allocation of the program or the emulator can reuse before the kernel reads it),
+// "unwritten" forgets to copy x to the device (its elements from 500 on).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,7 +31,8 @@ int main(int argc, char** argv) {
   float *x, *y;
   cudaMalloc(&x, (freed ? 1 << 20 : n) * sizeof(float));
   cudaMalloc(&y, n * sizeof(float));
-  cudaMemcpy(x, host, sizeof host, cudaMemcpyHostToDevice);
+  const bool unwritten = !std::strcmp(mode, "unwritten");
+  cudaMemcpy(x, host, sizeof host / (unwritten ? 2 : 1), cudaMemcpyHostToDevice);
   if (freed) cudaFree(x);
   launch_scaled(x, y, n, reach);
   cudaMemcpy(host, y, sizeof host, cudaMemcpyDeviceToHost);

@@ -562,7 +562,7 @@ inline cudaError_t cudaMalloc(void** p, size_t n) {
   constexpr size_t kAlign = 256, kRedZone = 1024;
   *p = std::aligned_alloc(kAlign, (n + kRedZone + kAlign - 1) / kAlign * kAlign);
   if (!*p) return cudaErrorMemoryAllocation;
-  ::attnbook_emu::note_allocation(*p, n);   // memory kernels may touch (checked build)
+  ::attnbook_emu::note_allocation(*p, n, true);   // kernels may touch it (if checked)
   return cudaSuccess;
 }
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t n) {

@@ -19,11 +19,13 @@
 
 namespace attnbook_emu {
 
-enum Check : int { kMemcheck = 1, kRacecheck = 2, kProfile = 4 };
+enum Check : int { kMemcheck = 1, kRacecheck = 2, kProfile = 4, kInitcheck = 8 };
+enum Atomic : int { kAtomic = 1, kAtomicUpdate = 2 };   // access()'s `atomic`
 enum Space : int { kGlobal = 0, kShared = 1, kBarrier = 2 };   // kBarrier: counts
 
 struct Span {
   uintptr_t lo, hi;
+  bool fresh = false;   // allocated during the call: initcheck's pattern (below)
   bool operator<(const Span& o) const { return lo < o.lo; }
 };
 
@@ -62,7 +64,26 @@ ATTNBOOK_UNCHECKED inline Session& session() {
   return *s;
 }
 
-ATTNBOOK_UNCHECKED inline void note_allocation(const void* p, size_t bytes) {
+// ---- initcheck's pattern -----------------------------------------------------------
+// Memory allocated while a checked call runs (torch::empty, cudaMalloc) starts out
+// holding a pattern: each 4-byte word its own signalling NaN, 0x7fa00000 and 21 bits
+// of a hash of its address. Host code that fills it (torch::zeros, cudaMemset, a copy)
+// overwrites the pattern, and kernel code's first write to a word replaces it (see
+// check_written in emu_checked.h), so a kernel's read of a word that still holds its
+// pattern reads memory that nothing wrote.
+ATTNBOOK_HOT inline uint32_t unwritten(uintptr_t word) {
+  return 0x7fa00000u | (uint32_t(word >> 2) * 0x9e3779b1u) >> 11;
+}
+
+ATTNBOOK_UNCHECKED inline void fill_unwritten(uintptr_t lo, uintptr_t hi) {
+  for (uintptr_t w = (lo + 3) & ~uintptr_t(3); w + 4 <= hi; w += 4)
+    *reinterpret_cast<uint32_t*>(w) = unwritten(w);
+}
+
+// [p, p + bytes) becomes an allocation kernels may touch (bytes 0: p's is freed);
+// `fresh`: allocated during the call, so under initcheck it starts unwritten.
+ATTNBOOK_UNCHECKED inline void note_allocation(const void* p, size_t bytes,
+                                               bool fresh = false) {
   Session& s = session();
   std::lock_guard<std::mutex> lock(s.m);
   auto a = reinterpret_cast<uintptr_t>(p);
@@ -79,9 +100,11 @@ ATTNBOOK_UNCHECKED inline void note_allocation(const void* p, size_t bytes) {
   s.freed.erase(std::remove_if(s.freed.begin(), s.freed.end(), [&](const Span& f) {
                   return f.lo < a + bytes && a < f.hi;
                 }), s.freed.end());
+  fresh = fresh && (s.mode & kInitcheck);
+  if (fresh) fill_unwritten(a, a + bytes);
   s.allocations.insert(
       std::lower_bound(s.allocations.begin(), s.allocations.end(), Span{a, a}),
-      Span{a, a + bytes});
+      Span{a, a + bytes, fresh});
 }
 
 // Tensors the wrapper allocates during a call (outputs, workspaces) become allocations
@@ -90,7 +113,7 @@ ATTNBOOK_UNCHECKED inline void note_allocation(const void* p, size_t bytes) {
 struct AllocationReporter : c10::MemoryReportingInfoBase {
   ATTNBOOK_UNCHECKED void reportMemoryUsage(void* p, int64_t bytes, size_t, size_t,
                                             c10::Device d) override {
-    if (d.is_cpu()) note_allocation(p, bytes > 0 ? size_t(bytes) : 0);
+    if (d.is_cpu()) note_allocation(p, bytes > 0 ? size_t(bytes) : 0, true);
   }
   bool memoryProfilingEnabled() const override { return true; }
 };

@@ -64,6 +64,7 @@ struct CheckState {
   Shadows ok_sh;   // from the word at ok_base
   uintptr_t ok_base = 0;
   size_t ok_var = 0;
+  bool ok_fresh = false;   // an allocation of the call's that initcheck watches
   int64_t launch = 0;
   uintptr_t module_base = 0;
   uintptr_t barrier_pc = 0;   // of the __syncthreads the last thread to arrive called

@@ -73,12 +73,14 @@ ATTNBOOK_UNCHECKED inline std::string nearest(const std::vector<Span>& spans,
 [[noreturn]] ATTNBOOK_COLD inline void stop(Runtime& r, const char* kind,
                                                  const char* space, size_t n,
                                                  uintptr_t a, uintptr_t pc,
-                                                 const std::string& detail) {
+                                                 const std::string& detail,
+                                                 const char* what =
+                                                     "memcheck: invalid") {
   Thread* self = r.cur;
   char head[256];
-  std::snprintf(head, sizeof head, "memcheck: invalid %s %s of size %zu bytes at "
+  std::snprintf(head, sizeof head, "%s %s %s of size %zu bytes at "
                 "@pc(0x%llx) in kernel '%s' by thread (%u,%u,%u) in block (%u,%u,%u): "
-                "address 0x%llx ", space, kind, n,
+                "address 0x%llx ", what, space, kind, n,
                 (unsigned long long)(pc - session().module_base), r.kernel,
                 self->tid.x, self->tid.y, self->tid.z, r.block_idx.x, r.block_idx.y,
                 r.block_idx.z, (unsigned long long)a);
@@ -207,19 +209,48 @@ enum Bad {
 // Remember [lo, hi) as the region of the last access, for the next one (see access).
 ATTNBOOK_UNCHECKED inline void remember(CheckState& c, uintptr_t lo, uintptr_t hi,
                                         Shadows sh = {}, uintptr_t base = 0,
-                                        size_t var = 0) {
+                                        size_t var = 0, bool fresh = false) {
   c.ok_lo = lo;
   c.ok_len = hi - lo;
   c.ok_sh = sh;
   c.ok_base = base;
   c.ok_var = var;
+  c.ok_fresh = fresh && (c.mode & kInitcheck);
+}
+
+// Initcheck of an access to [a, a + n) in the call's allocation [lo, hi) (see
+// unwritten in emu_check_session.h): a read of a word that holds its pattern is
+// reported; a write replaces the pattern by zeros first, with a compare-and-swap, as
+// another block may write the word's other bytes meanwhile. The written bytes of a
+// word stand for all four: a read of the bytes beside a 1- or 2-byte element written
+// goes unreported, none is made up (unless a program writes that very NaN).
+ATTNBOOK_UNCHECKED inline void check_written(Runtime& r, uintptr_t lo, uintptr_t hi,
+                                             uintptr_t a, size_t n, bool reads,
+                                             const char* kind, uintptr_t pc) {
+  uintptr_t w = std::max((lo + 3) & ~uintptr_t(3), a & ~uintptr_t(3));
+  for (; w + 4 <= hi && w < a + n; w += 4) {
+    auto* word = reinterpret_cast<uint32_t*>(w);
+    uint32_t pattern = unwritten(w);
+    if (__atomic_load_n(word, __ATOMIC_RELAXED) != pattern) continue;
+    if (reads) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "is byte %zu of a %zu-byte allocation at 0x%llx "
+                    "made during the call, whose bytes %zu-%zu nothing had written",
+                    size_t(a - lo), size_t(hi - lo), (unsigned long long)lo,
+                    size_t(w - lo), size_t(w - lo + 3));
+      stop(r, kind, "__global__", n, a, pc, buf, "initcheck: uninitialized");
+    }
+    __atomic_compare_exchange_n(word, &pattern, 0u, false, __ATOMIC_RELAXED,
+                                __ATOMIC_RELAXED);
+  }
 }
 
 // An access that is not in the remembered region: find its region, check it.
 __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(
     Runtime& r, CheckState& c, uintptr_t sp, uintptr_t a, size_t n, bool write,
-    bool atomic, uintptr_t pc) {
+    int atomic, uintptr_t pc) {
   const char* kind = atomic ? "atomic" : write ? "write" : "read";
+  const bool reads = !write || atomic == kAtomicUpdate;
   bool check = c.mode & kMemcheck;
   auto base = reinterpret_cast<uintptr_t>(&r);
   c.ok_len = 0;
@@ -263,7 +294,11 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(
     if (check) bad_access(r, c, kStaticShared, a, n, kind, pc);
     return;
   }
-  if (const Span* g = allocation(c, a, n)) return remember(c, g->lo, g->hi);
+  if (const Span* g = allocation(c, a, n)) {
+    remember(c, g->lo, g->hi, {}, 0, 0, g->fresh);
+    if (c.ok_fresh) check_written(r, g->lo, g->hi, a, n, reads, kind, pc);
+    return;
+  }
   if (a >= c.threads_lo && a < c.threads_hi) return;   // threadIdx
   if (a >= c.warps_lo && a < c.warps_hi) return;       // __activemask, votes
   if (!write && a >= c.params && a + n <= c.params + c.params_bytes) return;
@@ -281,8 +316,9 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(
   if (check) bad_access(r, c, shared ? kStaticShared : kGlobalMemory, a, n, kind, pc);
 }
 
+// atomic: kAtomic (a load, a store, an exchange) or kAtomicUpdate (reads, then writes).
 ATTNBOOK_HOT inline void access(const void* p, size_t n, bool write, void* ret,
-                                      bool atomic = false) {
+                                int atomic = 0) {
   char here;
   auto sp = reinterpret_cast<uintptr_t>(&here);
   Runtime* r = kernel_runtime(sp);
@@ -301,6 +337,9 @@ ATTNBOOK_HOT inline void access(const void* p, size_t n, bool write, void* ret,
     if (c.ok_sh.words && (c.mode & kRacecheck) &&
         !race_unchanged(*r, c, c.ok_sh, c.ok_base, a, n, write))
       race_access(*r, c, c.ok_sh, c.ok_base, a, n, write, pc, c.ok_var, a - c.ok_lo);
+    if (c.ok_fresh)
+      check_written(*r, c.ok_lo, c.ok_lo + c.ok_len, a, n, !write,
+                    write ? "write" : "read", pc);
     if (!(c.mode & kProfile)) return;
   }
   // What follows calls instrumented code: its accesses must not count, nor recurse.

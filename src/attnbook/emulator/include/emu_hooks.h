@@ -15,7 +15,7 @@ inline void on_block_end(Runtime&) {}
 inline void on_barrier(Runtime&) {}
 inline void on_warp_sync(Runtime&, int, uint32_t) {}
 inline void on_named_barrier(Runtime&, const std::vector<int>&) {}
-inline void note_allocation(const void*, size_t) {}
+inline void note_allocation(const void*, size_t, bool = false) {}
 inline void leave_kernel() {}
 inline void note_barrier() {}
 inline void note_access(const void*, size_t, bool) {}

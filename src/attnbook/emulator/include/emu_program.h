@@ -2,8 +2,9 @@
 // (python -m attnbook.toolchain.program). An error the emulator raises in a launch (a
 // thread's fault, a failed assert, memcheck's report) ends the program as an uncaught
 // exception would, with exit status 1, but with its message alone on stderr. Built
-// checked (ATTNBOOK_PROGRAM_CHECKS: memcheck 1, racecheck 2), the checks start before
-// main() runs; the program's cudaMalloc'ed buffers are what its kernels may touch.
+// checked (ATTNBOOK_PROGRAM_CHECKS: memcheck 1, racecheck 2, initcheck 8), the checks
+// start before main() runs; the program's cudaMalloc'ed buffers are what its kernels
+// may touch.
 #pragma once
 
 #include <cstdio>

@@ -41,34 +41,35 @@ ATTNBOOK_TSAN void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(5); }
 ATTNBOOK_TSAN void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(5); }
 
 // Atomics: checked as accesses (never as races), then done sequentially consistent.
-#define ATTNBOOK_TSAN_RMW(N, T, OP)                                                    \
+#define ATTNBOOK_TSAN_RMW(N, T, OP, KIND)                                              \
   ATTNBOOK_TSAN T __tsan_atomic##N##_##OP(volatile void* a, T v, int) {                \
     ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                          \
-                           __builtin_return_address(0), true);                         \
+                           __builtin_return_address(0), ::attnbook_emu::KIND);         \
     return __atomic_##OP(static_cast<volatile T*>(a), v, __ATOMIC_SEQ_CST);            \
   }
 #define ATTNBOOK_TSAN_ATOMICS(N, T)                                                    \
   ATTNBOOK_TSAN T __tsan_atomic##N##_load(const volatile void* a, int) {               \
     ::attnbook_emu::access(const_cast<void*>(a), N / 8, false,                         \
-                           __builtin_return_address(0), true);                         \
+                           __builtin_return_address(0), ::attnbook_emu::kAtomic);      \
     return __atomic_load_n(static_cast<const volatile T*>(a), __ATOMIC_SEQ_CST);       \
   }                                                                                    \
   ATTNBOOK_TSAN void __tsan_atomic##N##_store(volatile void* a, T v, int) {            \
     ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                          \
-                           __builtin_return_address(0), true);                         \
+                           __builtin_return_address(0), ::attnbook_emu::kAtomic);      \
     __atomic_store_n(static_cast<volatile T*>(a), v, __ATOMIC_SEQ_CST);                \
   }                                                                                    \
-  ATTNBOOK_TSAN_RMW(N, T, exchange_n)                                                  \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_add)                                                   \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_sub)                                                   \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_and)                                                   \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_or)                                                    \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_xor)                                                   \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_nand)                                                  \
+  ATTNBOOK_TSAN_RMW(N, T, exchange_n, kAtomic)                                         \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_add, kAtomicUpdate)                                    \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_sub, kAtomicUpdate)                                    \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_and, kAtomicUpdate)                                    \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_or, kAtomicUpdate)                                     \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_xor, kAtomicUpdate)                                    \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_nand, kAtomicUpdate)                                   \
   ATTNBOOK_TSAN bool __tsan_atomic##N##_compare_exchange_strong(                       \
       volatile void* a, void* c, T v, int, int) {                                      \
     ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                          \
-                           __builtin_return_address(0), true);                         \
+                           __builtin_return_address(0),                                \
+                           ::attnbook_emu::kAtomicUpdate);                             \
     return __atomic_compare_exchange_n(static_cast<volatile T*>(a),                    \
                                        static_cast<T*>(c), v, false,                   \
                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);            \
