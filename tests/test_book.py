@@ -1,8 +1,12 @@
 """The book's own rules: every notebook installs from the one repository address, and is
 committed executed top to bottom with its outputs."""
+import importlib.util
 import json
+import os
 import pathlib
 import re
+import subprocess
+import sys
 import unicodedata
 
 import pytest
@@ -12,58 +16,31 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
 
 
-def repository():
-    cfg = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
-    return cfg["url"].rstrip("/")
+def _release_check():
+    spec = importlib.util.spec_from_file_location("release_check",
+                                                  ROOT / ".ci" / "release_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def release_tag():
-    """The tag the notebooks install from: the package's version, ``v0.1.0``."""
-    init = (ROOT / "src" / "attnbook" / "__init__.py").read_text()
-    return "v" + re.search(r'__version__ = "([^"]+)"', init).group(1)
-
-
-# The first code cell of every notebook, word for word. The package's extras are those
-# the chapter needs: [hf] (transformers) where the chapter uses Hugging Face.
-SETUP_CELL = """\
-# Setup: where attnbook is missing (a fresh Colab runtime), install it with ninja: the
-# book's release, or ATTNBOOK_SOURCE if set (a checkout, a wheel or a pip URL).
-import importlib.util, os, subprocess, sys
-if importlib.util.find_spec("attnbook") is None:
-    source = os.environ.get("ATTNBOOK_SOURCE",
-                            "git+{url}@{tag}")
-    package = f"attnbook{extras} @ {{source}}" if "://" in source else source{more}
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja", package],
-                   check=True)
-    print("installed ninja and", package)
-else:
-    print("attnbook is installed")"""
+release = _release_check()
+repository, release_tag = release.repository, release.release_tag
+expected_setup_cell = release.expected_setup_cell
 
 
 def code_cells(nb_path):
-    return [c for c in json.loads(nb_path.read_text())["cells"]
-            if c["cell_type"] == "code"]
-
-
-def expected_setup_cell(nb_path, url=None):
-    code = "\n".join("".join(c["source"]) for c in code_cells(nb_path)[1:])
-    extras = "[hf]" if "transformers" in code or "register_hf" in code else ""
-    return SETUP_CELL.format(url=url or repository(), tag=release_tag(), extras=extras,
-                             more=f' + "{extras}"' if extras else "")
+    return release.code_cells(json.loads(nb_path.read_text()))
 
 
 def test_there_are_notebooks():
     assert NOTEBOOKS
 
 
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
-def test_setup_cell_installs_the_release_from_the_configured_repository(nb):
-    first = code_cells(nb)[0]
-    assert "".join(first["source"]) == expected_setup_cell(nb), (
-        f"{nb.name}: the first code cell must be tests/test_book.py's SETUP_CELL, "
-        f"installing attnbook from {repository()}@{release_tag()}")
-    # what it prints names the machine's install: not compared by nbval
-    assert "nbval-ignore-output" in first["metadata"].get("tags", [])
+def test_every_setup_cell_and_button_agrees_with_the_setting():
+    # the offline part of the release check (.ci/release_check.py)
+    assert release.setup_cell_errors() == []
+    assert release.button_errors() == []
 
 
 def test_setup_cell_check_catches_a_wrong_url():
@@ -71,6 +48,55 @@ def test_setup_cell_check_catches_a_wrong_url():
     assert expected_setup_cell(nb) != expected_setup_cell(
         nb, url="https://github.com/someone-else/attnbook")
     assert "github.com/attnbook/attnbook@" in expected_setup_cell(nb)
+
+
+def _book_copy(tmp_path, url):
+    """A copy of the book's setting, package version and two notebooks (one with the
+    [hf] extra), its address set to ``url``."""
+    (tmp_path / "book").mkdir(parents=True)
+    (tmp_path / "src" / "attnbook").mkdir(parents=True)
+    for name in ("book/01_attention_from_first_principles.ipynb",
+                 "book/10_end_to_end.ipynb", "src/attnbook/__init__.py"):
+        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
+    cfg = (ROOT / "_config.yml").read_text()
+    (tmp_path / "_config.yml").write_text(cfg.replace(repository(), url))
+    return tmp_path
+
+
+def test_the_release_check_needs_the_tag_at_the_address(tmp_path):
+    remote = tmp_path / "remote"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(remote)]
+    subprocess.run(["git", "init", "-q", str(remote)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "release"], check=True)
+    root = _book_copy(tmp_path / "copy", f"file://{remote}")
+    # the setup cells still install from the old address: named, then rewritten
+    assert len(release.setup_cell_errors(root)) == 2
+    assert release.main([], root=root) == 1
+    assert release.main(["--write"], root=root) == 1   # no tag yet at the address
+    assert release.setup_cell_errors(root) == []
+    assert "has no tag v" in release.tag_errors(root)[0]
+    subprocess.run([*git, "tag", release_tag()], check=True)
+    assert release.main([], root=root) == 0
+    cell = code_cells(root / "book" / "10_end_to_end.ipynb")[0]
+    assert f'"git+file://{remote}@{release_tag()}"' in "".join(cell["source"])
+    assert "attnbook[hf] @" in "".join(cell["source"])
+
+
+def test_a_failed_install_says_what_to_do(tmp_path):
+    # the setup cell as Colab runs it, attnbook missing and the source unreachable
+    cell = expected_setup_cell(NOTEBOOKS[0])
+    script = ("import importlib.util\n"
+              "importlib.util.find_spec = lambda name, *args: None\n" + cell)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PIP_NO_INDEX": "1",
+                               "ATTNBOOK_SOURCE": str(tmp_path / "attnbook.whl")})
+    assert done.returncode == 1
+    assert f"RuntimeError: pip could not install {tmp_path / 'attnbook.whl'}:" \
+        in done.stderr
+    assert "Upload attnbook's wheel or source folder (Files, on the left), run " \
+           "os.environ['ATTNBOOK_SOURCE'] = '/content/<its name>', then this cell" \
+        in done.stderr
 
 
 def test_release_tag_is_the_packaged_version():
