@@ -25,7 +25,8 @@ import torch
 
 from ..args.attention import check_attn_mask, takes_is_causal
 
-__all__ = ["allowed", "bias", "cases", "kind_options", "MaskCase", "MASK_KINDS"]
+__all__ = ["allowed", "bias", "cases", "flex_mask_mod", "kind_options", "MaskCase",
+           "MASK_KINDS"]
 
 MASK_KINDS = ("none", "causal", "key_padding", "additive", "boolean", "strided",
               "strided_causal", "window", "window_causal")
@@ -35,6 +36,13 @@ def _positions(sq: int, sk: int, rows: slice, cols: slice, device=None):
     i = torch.arange(sq, device=device)[rows].view(-1, 1) + (sk - sq)
     j = torch.arange(sk, device=device)[cols].view(1, -1)
     return i, j
+
+
+def _check_sizes(stride, window):
+    if stride is not None and (not isinstance(stride, int) or stride < 1):
+        raise ValueError(f"stride must be a positive int, got {stride!r}")
+    if window is not None and (not isinstance(window, int) or window < 1):
+        raise ValueError(f"window must be a positive int, got {window!r}")
 
 
 @takes_is_causal
@@ -49,10 +57,7 @@ def allowed(sq: int, sk: int, *, is_causal: bool = False, stride: int | None = N
     asks about one tile at a time).  ``attn_mask`` is not part of this: it is data, see
     :func:`bias`.
     """
-    if stride is not None and (not isinstance(stride, int) or stride < 1):
-        raise ValueError(f"stride must be a positive int, got {stride!r}")
-    if window is not None and (not isinstance(window, int) or window < 1):
-        raise ValueError(f"window must be a positive int, got {window!r}")
+    _check_sizes(stride, window)
     i, j = _positions(sq, sk, rows, cols, device)
     ok = torch.ones(i.shape[0], j.shape[1], dtype=torch.bool, device=device)
     if is_causal:
@@ -69,6 +74,37 @@ def allowed(sq: int, sk: int, *, is_causal: bool = False, stride: int | None = N
         lengths = key_lengths.to(device=ok.device).view(-1, 1, 1, 1)
         ok = ok & (j.view(1, 1, 1, -1) < lengths)
     return ok
+
+
+def flex_mask_mod(sq: int, sk: int, *, is_causal: bool = False,
+                  stride: int | None = None, window: int | None = None,
+                  key_lengths: torch.Tensor | None = None, align: str = "bottom_right",
+                  relative_stride: bool = False):
+    """The same rules as a ``mask_mod`` of PyTorch's FlexAttention
+    (``torch.nn.attention.flex_attention``): ``mod(b, h, q_idx, kv_idx)`` is True where
+    query ``q_idx`` may attend key ``kv_idx``, for ``create_block_mask(mod, B, H, Sq,
+    Sk)``. Two variants the kernels do not take: ``align="top_left"`` places query i at
+    key position i (SDPA's ``is_causal``), and ``relative_stride`` is the Sparse
+    Transformer's strided pattern, ``(i - j) % stride == 0``, in place of the book's
+    ``j % stride == 0``."""
+    if align not in ("bottom_right", "top_left"):
+        raise ValueError(f"align must be 'bottom_right' or 'top_left', got {align!r}")
+    _check_sizes(stride, window)
+    shift = sk - sq if align == "bottom_right" else 0
+
+    def mod(b, h, q_idx, kv_idx):
+        i = q_idx + shift   # the query's position among the keys
+        ok = kv_idx >= 0
+        if is_causal:
+            ok = ok & (kv_idx <= i)
+        if stride is not None:
+            ok = ok & ((i - kv_idx if relative_stride else kv_idx) % stride == 0)
+        if window is not None:
+            ok = ok & ((i - kv_idx).abs() < window)
+        if key_lengths is not None:
+            ok = ok & (kv_idx < key_lengths[b])
+        return ok
+    return mod
 
 
 @takes_is_causal
