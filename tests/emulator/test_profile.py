@@ -92,8 +92,9 @@ def test_profile_is_off_by_default():
     assert ab.emulator.sanitizer.mode() == 0
     with ab.profile():
         assert ab.emulator.sanitizer.mode() == ab.emulator.sanitizer.PROFILE
+    s = ab.emulator.sanitizer
     with ab.sanitize():
-        assert ab.emulator.sanitizer.mode() == 3
-    with ab.sanitize(racecheck=False):
-        assert ab.emulator.sanitizer.mode() == ab.emulator.sanitizer.MEMCHECK
+        assert s.mode() == s.MEMCHECK | s.RACECHECK | s.INITCHECK
+    with ab.sanitize(racecheck=False, initcheck=False):
+        assert s.mode() == s.MEMCHECK
     assert ab.emulator.sanitizer.mode() == 0

@@ -92,10 +92,8 @@ def fmad_off(cuda_flags) -> list[str]:
 # etc. before every access, which the emulator's emu_checked.h defines (no
 # ThreadSanitizer runtime is linked). -fno-tree-sra keeps a float4 load one 16-byte
 # access, as on a GPU, where GCC would split it into the four floats the code uses.
-# -fno-optimize-sibling-calls: a kernel whose last act is an atomic would jump to the
-# hook, which would then name the kernel's caller as the atomic's line.
 CHECKED_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0",
-                 "-fno-tree-sra", "-fno-optimize-sibling-calls",
+                 "-fno-tree-sra",
                  "-DATTNBOOK_CHECKED"]
 
 

@@ -206,17 +206,27 @@ inline T atomic_update(T* p, F f) {   // any T of 2, 4 or 8 bytes: floats, __hal
   while (!__atomic_compare_exchange(p, &old, &next, true, kSeqCst, __ATOMIC_RELAXED));
   return old;
 }
+// The checked build's atomic hooks name the kernel line that called them by their
+// return address; where an atomic is a kernel's last act, GCC would jump to the hook (a
+// sibling call), whose return address would then be the kernel's caller's. An empty
+// asm after the call keeps it a call.
+template <class T> inline T called(T value) {
+#ifdef ATTNBOOK_CHECKED
+  asm volatile("");
+#endif
+  return value;
+}
 }  // namespace attnbook_emu
 // CUDA's atomics are overloads by the pointer's type: the value converts to it
 // (atomicAdd(unsigned*, int) adds to an unsigned), so only the pointer deduces T.
 template <class T> inline T atomicAdd(T* p, std::type_identity_t<T> v) {
   if constexpr (std::is_integral_v<T>)
-    return __atomic_fetch_add(p, v, ::attnbook_emu::kSeqCst);
+    return ::attnbook_emu::called(__atomic_fetch_add(p, v, ::attnbook_emu::kSeqCst));
   else
     return ::attnbook_emu::atomic_update(p, [v](T o) { return T(o + v); });
 }
 template <class T> inline T atomicSub(T* p, std::type_identity_t<T> v) {
-  return __atomic_fetch_sub(p, v, ::attnbook_emu::kSeqCst);
+  return ::attnbook_emu::called(__atomic_fetch_sub(p, v, ::attnbook_emu::kSeqCst));
 }
 template <class T> inline T atomicExch(T* p, std::type_identity_t<T> v) {
   T old;
@@ -230,13 +240,13 @@ template <class T> inline T atomicMin(T* p, std::type_identity_t<T> v) {
   return ::attnbook_emu::atomic_update(p, [v](T o) { return v < o ? v : o; });
 }
 template <class T> inline T atomicAnd(T* p, std::type_identity_t<T> v) {
-  return __atomic_fetch_and(p, v, ::attnbook_emu::kSeqCst);
+  return ::attnbook_emu::called(__atomic_fetch_and(p, v, ::attnbook_emu::kSeqCst));
 }
 template <class T> inline T atomicOr(T* p, std::type_identity_t<T> v) {
-  return __atomic_fetch_or(p, v, ::attnbook_emu::kSeqCst);
+  return ::attnbook_emu::called(__atomic_fetch_or(p, v, ::attnbook_emu::kSeqCst));
 }
 template <class T> inline T atomicXor(T* p, std::type_identity_t<T> v) {
-  return __atomic_fetch_xor(p, v, ::attnbook_emu::kSeqCst);
+  return ::attnbook_emu::called(__atomic_fetch_xor(p, v, ::attnbook_emu::kSeqCst));
 }
 template <class T>
 inline T atomicCAS(T* p, std::type_identity_t<T> cmp, std::type_identity_t<T> v) {
