@@ -347,10 +347,10 @@ def test_the_registry_names_every_wrapper_and_what_it_binds():
 ROOT = pathlib.Path(__file__).parents[1]
 
 
-def test_the_readme_shows_the_registry():
+def test_the_developers_page_shows_the_registry():
     from attnbook.ops.registry import EXTENSIONS, markdown_table
-    readme = (ROOT / "README.md").read_text()
-    assert markdown_table() in readme
+    page = (ROOT / "docs" / "developing.md").read_text()
+    assert markdown_table() in page
     for e in EXTENSIONS:   # and the test file it names exists
         assert (ROOT / "tests" / e.test).is_file(), e.test
 
@@ -360,8 +360,8 @@ def chapter_table() -> str:
     graded exercises, from ``attnbook.models.ALL_SUITES`` and the exercise catalog."""
     from attnbook.exercises.catalog import EXERCISES
     from attnbook.models import ALL_SUITES
-    rows = ["| chapter | notebook | benchmark suites | exercises |",
-            "| --- | --- | --- | --- |"]
+    rows = ["| chapter | title | notebook | benchmark suites | exercises |",
+            "| --- | --- | --- | --- | --- |"]
     for page in re.findall(r"file: (book/\w+)", (ROOT / "_toc.yml").read_text()):
         notebook = pathlib.Path(page + ".ipynb")
         if not (ROOT / notebook).is_file():
@@ -370,8 +370,10 @@ def chapter_table() -> str:
         suites = ", ".join(f"`{key}`" for key in ALL_SUITES if key[:2] == number)
         names = ", ".join(f"`{ex.name}`" for ex in EXERCISES.values()
                           if ex.chapter == number)
-        rows.append(f"| {number.lstrip('0')} | `{notebook}` | {suites or '–'} | "
-                    f"{names or '–'} |")
+        cells = json.loads((ROOT / notebook).read_text())["cells"]
+        title = cells[0]["source"][0].strip().lstrip("# ").split(". ", 1)[1]
+        rows.append(f"| {number.lstrip('0')} | {title} | `{notebook}` | "
+                    f"{suites or '–'} | {names or '–'} |")
     return "\n".join(rows)
 
 

@@ -1,5 +1,5 @@
-"""The package's layers point one way, as the README's layout table says: every import
-between subpackages goes down (lazy imports inside functions included), no two modules
+"""The package's layers point one way, as docs/developing.md's layout table says: every
+import between subpackages goes down (lazy imports inside functions included), no two modules
 import each other, no module reaches into another's private names, and
 ``import attnbook`` leaves the plots and the models for their first use."""
 import ast
@@ -71,8 +71,9 @@ def test_imports_between_layers_go_down():
     assert not up, up
 
 
-def test_the_readme_lists_the_layers_from_the_bottom_up():
-    rows = re.findall(r"^\| `src/attnbook/(\w+)/` \|", (ROOT / "README.md").read_text(),
+def test_the_developers_page_lists_the_layers_from_the_bottom_up():
+    rows = re.findall(r"^\| `src/attnbook/(\w+)/` \|",
+                      (ROOT / "docs" / "developing.md").read_text(),
                       re.M)
     ranks = [RANK[r] for r in rows if r in RANK]     # kernels/ holds no Python
     assert set(RANK) <= set(rows), rows

@@ -1,6 +1,7 @@
-"""The README's Python snippets run as written: in order, in one session (a later
-snippet uses what an earlier one made, as a reader's notebook would), on this
-machine's back end, in a scratch folder (one writes a checkpoint there)."""
+"""The Python snippets of the README and of docs/package.md run as written: in order,
+the README's first, in one session (a later snippet uses what an earlier one made, as a
+reader's notebook would), on this machine's back end, in a scratch folder (one writes a
+checkpoint there)."""
 import pathlib
 import re
 
@@ -9,20 +10,25 @@ import torch
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def snippets() -> list:
-    return re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(),
-                      re.M | re.S)
+PAGES = ("README.md", "docs/package.md")
 
 
-def test_the_readme_has_snippets_to_run():
-    assert len(snippets()) >= 5
+def snippets(page=None) -> list:
+    return [code for name in ([page] if page else PAGES)
+            for code in re.findall(r"^```python\n(.*?)^```",
+                                   (ROOT / name).read_text(), re.M | re.S)]
+
+
+def test_the_readme_and_the_package_page_have_snippets_to_run():
+    assert len(snippets("README.md")) >= 1 and len(snippets("docs/package.md")) >= 4
 
 
 def test_every_readme_snippet_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace = {}
     for n, code in enumerate(snippets(), 1):
-        exec(compile(code, f"README.md snippet {n}", "exec"), namespace)
+        exec(compile(code, f"snippet {n} (README.md, docs/package.md)", "exec"),
+             namespace)
         if n == 1:   # what the first claims, before a later one reuses its names
             ab, q, k, v = (namespace[x] for x in ("ab", "q", "k", "v"))
             torch.testing.assert_close(namespace["ref"].float(),

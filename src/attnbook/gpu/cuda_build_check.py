@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     import torch
     if torch.version.cuda is None:
         print("this torch is a CPU build: the check needs a CUDA build of torch "
-              "(the README's 'Contributing' section says how to get one)")
+              "(docs/developing.md's 'Contributing' section says how to get one)")
         return 2
     extensions = package_extensions()
     if not args.no_notebooks:

@@ -75,7 +75,8 @@ def extension(name: str) -> Extension:
 
 
 def markdown_table() -> str:
-    """The registry as the README's table: chapter, kernel file, wrapper, op, test."""
+    """The registry as docs/developing.md's table: chapter, kernel file, wrapper, op,
+    test."""
     rows = ["| chapter | kernels | wrapper | op | test |",
             "| --- | --- | --- | --- | --- |"]
     rows += [f"| {e.chapter} | `kernels/{e.kernel}` | `kernels/{e.wrapper}` | "
