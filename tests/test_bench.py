@@ -123,6 +123,17 @@ def test_a_table_renders_as_markdown_under_its_caption():
     assert repr(table) == str(table) == markdown.split("\n\n", 1)[1]
 
 
+def test_large_numbers_are_written_whole_and_tables_from_rows():
+    result = fake_result()
+    result.rows[0].update(gbs=2813.4)
+    assert "| 2,813 |" in result.table(columns=("impl", "gbs"), S=256)
+    table = bench.markdown_table(["case", "ms", "ratio"], [["S = 512", "0.215", "1.7×"]],
+                                 caption="H200")
+    assert table.splitlines() == ["| case | ms | ratio |", "|---|--:|--:|",
+                                  "| S = 512 | 0.215 | 1.7× |"]
+    assert table._repr_markdown_().startswith("*H200*\n\n| case |")
+
+
 def test_run_or_load_without_gpu(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ATTNBOOK_RESULTS", str(tmp_path))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -164,7 +175,9 @@ def test_figures_draw_every_implementation_that_ran():
     assert [bar.get_height() for bar in ax.patches] == [4.0, 4.0]
     with pytest.raises(ValueError, match="baseline"):
         ab.plots.plot_speedups(result, "cuBLAS")
-    assert len(ab.plots.plot_memory(result).lines) == 2
+    # equal memory at every S: one line, named for both
+    assert [line.get_label() for line in ab.plots.plot_memory(result).lines] == [
+        "attnbook naive = torch eager"]
     matplotlib.pyplot.close("all")
 
 
@@ -189,6 +202,32 @@ def test_sweep_heatmap_places_each_tile_shape():
     ax = ab.plots.plot_sweep(bench.Result("07", rows, dict(gpu="Tesla T4")))
     grid = ax.get_images()[0].get_array()
     assert grid.shape == (2, 3) and grid[1, 2] == 64 + 64 and grid[0, 0] == 32 + 16
+    matplotlib.pyplot.close("all")
+
+
+def test_sweep_heatmap_says_what_it_shows_and_stays_legible():
+    # its numbers were white on the map's yellow end, with no scale and no case named
+    rows = [dict(impl="flash sweep", Br=br, Bc=bc, ms=float(br + bc), S=2048,
+                 causal=False) for br in (32, 64) for bc in (16, 32, 64)]
+    ax = ab.plots.plot_sweep(bench.Result("07", rows, dict(gpu="Tesla T4")),
+                             what="step 1's tiles")
+    assert ax.get_title() == "step 1's tiles, S = 2048\nTesla T4"
+    assert len(ax.figure.axes) == 2   # the colour bar
+    colours = {t.get_text(): t.get_color() for t in ax.texts}
+    assert colours["48.00"] == "black" and colours["128.00"] == "white"   # fast: light
+    matplotlib.pyplot.close("all")
+
+
+def test_series_equal_everywhere_are_one_line_and_the_rest_differ_in_style():
+    # chapter 7's memory plot showed 4 of its 8 implementations: the others lay under
+    result = fake_result()
+    result.rows += [dict(r, impl="attnbook copy") for r in result.rows
+                    if r["impl"] == "torch eager"]
+    ax = ab.plots.plot_times(result)
+    assert sorted(line.get_label() for line in ax.lines) == [
+        "attnbook copy = torch eager", "attnbook naive"]
+    styles = {(line.get_marker(), line.get_linestyle()) for line in ax.lines}
+    assert len(styles) == len(ax.lines) == 2
     matplotlib.pyplot.close("all")
 
 

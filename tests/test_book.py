@@ -119,6 +119,28 @@ def test_committed_executed_top_to_bottom(nb):
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_table_is_printed_as_text(nb):
+    """A Markdown table a cell prints is monospace text in the book: tables are
+    displayed (ab.bench.markdown_table, Result.table)."""
+    printed = [c["source"][0] for c in code_cells(nb) for o in c["outputs"]
+               if o["output_type"] == "stream" and "|---" in "".join(o["text"])]
+    assert not printed, f"{nb.name}: cells print Markdown tables: {printed}"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_widgets_leave_the_built_page_to_their_static_figure(nb):
+    """Without a kernel a widget is a frozen snapshot, or nothing offline: the book
+    drops its output (remove-output) and shows the static figure beside it."""
+    for cell in code_cells(nb):
+        if any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+               for o in cell["outputs"]):
+            tags = cell["metadata"].get("tags", [])
+            assert "remove-output" in tags and "nbval-ignore-output" in tags, \
+                f"{nb.name}: {cell['source'][:2]}"
+            assert "interactive in Colab or Jupyter" in "".join(cell["source"])
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_is_in_the_table_of_contents(nb):
     toc = (ROOT / "_toc.yml").read_text()
     assert f"book/{nb.stem}" in toc

@@ -174,8 +174,10 @@ def test_nothing_is_wider_than_the_text_column(page, browser, tmp_path):
 
 @pytest.mark.skipif(not pages(), reason="no built book in _build/html "
                     "(jupyter-book build .)")
-@pytest.mark.parametrize("chapter", ["02_first_cuda_kernels", "08_tensor_cores",
-                                     "09_decoding", "11_backward"])
+@pytest.mark.parametrize("chapter", ["02_first_cuda_kernels", "04_tiling",
+                                     "07_fused_fp32_kernel", "08_tensor_cores",
+                                     "09_decoding", "11_backward",
+                                     "B1_sanitizer_and_profiler"])
 def test_recorded_results_are_tables_on_the_page(chapter):
     """A results table is Markdown a cell outputs: read as CommonMark (myst-nb's
     default), its rows were one paragraph of pipes; the book reads GitHub's dialect."""

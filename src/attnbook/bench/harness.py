@@ -24,7 +24,8 @@ from ..toolchain.devices import GPUS
 from ..toolchain.text import wrap
 
 __all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_bytes",
-           "pytorch_attention", "Result", "Table", "machine_record", "measure", "save",
+           "pytorch_attention", "Result", "Table", "markdown_table", "machine_record",
+           "measure", "save",
            "load", "load_ncu", "load_counters", "load_sass_anchors", "results_dir",
            "results_file", "PACKAGE_RESULTS", "run_or_load", "ratio", "bound_ms"]
 
@@ -181,6 +182,21 @@ class Table(str):
         return str(self)
 
 
+def markdown_table(header, rows, caption: str = "") -> Table:
+    """A :class:`Table` of ``rows`` (each a list of cells, shown as ``str`` gives them)
+    under ``header``: the first column left-aligned, the others right-aligned."""
+    lines = ["| " + " | ".join(map(str, header)) + " |",
+             "|---|" + "--:|" * (len(header) - 1)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return Table("\n".join(lines), caption)
+
+
+def _number(value: float) -> str:
+    """Three significant digits, and whole numbers from 1,000 up: 2,813 GB/s, not
+    2.81e+03."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
 @dataclass
 class Result:
     """One chapter's benchmark: a row per (implementation, case), and where it was
@@ -212,7 +228,7 @@ class Result:
                     mib = val / 2**20
                     val = f"{mib:,.0f}" if mib >= 100 else f"{mib:.3g}"
                 elif isinstance(val, float):
-                    val = f"{val:.3g}" if key != "pct_peak" else f"{val:.1f}%"
+                    val = _number(val) if key != "pct_peak" else f"{val:.1f}%"
                 cells.append("" if val is None else str(val))
             lines.append("| " + " | ".join(cells) + " |")
         shared = {k: v for k, v in rows[0].items()

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from ..bench.harness import PEAKS
-from .plots import panel_grid
+from .plots import draw_series, panel_grid
 
 __all__ = ["decode_intensity", "plot_roofline", "split_states", "plot_split_states",
            "RequestMix", "simulate_kv_memory", "plot_kv_memory",
@@ -171,10 +171,10 @@ def plot_decode_bandwidth(result, batches=None):
         impls = {}
         for r in result.select(B=b):
             if r.get("ms") is not None:
-                impls.setdefault(r["impl"], []).append((r["L"], r["pct_peak"]))
-        for impl, pts in impls.items():
-            pts.sort()
-            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=impl)
+                xs, ys = impls.setdefault(r["impl"], ([], []))
+                xs.append(r["L"])
+                ys.append(r["pct_peak"])
+        draw_series(ax, impls)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("cached length L")
         ax.set_title(f"B = {b}", fontsize=10)

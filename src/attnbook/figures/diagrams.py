@@ -241,15 +241,16 @@ def _fragment(ax, rows, cols, where, elements, title, x0=0):
     for lane in range(32):
         for i in range(elements):
             r, c = where(lane, i)
-            _box(ax, x0 + c, r, 1, 1, REGISTER_COLORS[i // 2], str(lane), alpha=0.55,
-                 fontsize=6)
+            _box(ax, x0 + c, r, 1, 1, REGISTER_COLORS[i // 2], str(lane), alpha=0.4,
+                 fontsize=7.5)
     ax.text(x0 + cols / 2, -0.6, title, ha="center", fontsize=8)
 
 
 def mma_fragments(k=16, ax=None):
     """Which lane holds which element of A (16 x k), B (k x 8) and C (16 x 8) for
     mma.sync m16n8k{k}: each cell names its lane, the colour its register."""
-    ax = ax or plt.subplots(figsize=(11, 4.2))[1]
+    # a third of an inch a cell: two-digit lane numbers stay legible
+    ax = ax or plt.subplots(figsize=((k + 21) / 3, 19.5 / 3))[1]
     a = fragments.a_m16n8k16 if k == 16 else fragments.a_m16n8k8
     b = fragments.b_m16n8k16 if k == 16 else fragments.b_m16n8k8
     _fragment(ax, 16, k, a, k // 2, f"A (16 × {k}): {k // 4} registers a lane")
@@ -257,8 +258,8 @@ def mma_fragments(k=16, ax=None):
               x0=k + 2)
     _fragment(ax, 16, 8, fragments.c_m16n8, 4, "C, D (16 × 8): 4 floats", x0=k + 12)
     for i, color in enumerate(REGISTER_COLORS[:k // 4]):
-        _box(ax, 2 + 5 * i, 17, 1, 1, color, alpha=0.55)
-        ax.text(3.3 + 5 * i, 17.5, f"register {i}", fontsize=7, va="center")
+        _box(ax, 2 + 5 * i, 17, 1, 1, color, alpha=0.4)
+        ax.text(3.3 + 5 * i, 17.5, f"register {i}", fontsize=8, va="center")
     _frame(ax, k + 20, 18, f"mma.sync.m16n8k{k}: the lane of each element "
            "(colour: A's and B's register; C's element pair)", top=-1.2)
     return ax

@@ -6,9 +6,9 @@ import torch
 
 from ..reference import masks
 
-__all__ = ["draw_mask", "panel_grid", "mask_panels", "mask_gallery", "plot_metric",
-           "plot_times", "plot_pct_peak", "plot_memory", "plot_speedups", "plot_sweep",
-           "plot_losses", "plot_sass_calibration"]
+__all__ = ["draw_mask", "panel_grid", "mask_panels", "mask_gallery", "draw_series",
+           "plot_metric", "plot_times", "plot_pct_peak", "plot_memory", "plot_speedups",
+           "plot_sweep", "plot_losses", "plot_sass_calibration"]
 
 # (title, Sq, Sk, rules) of each panel of the gallery of mask kinds.
 GALLERY = [
@@ -74,21 +74,37 @@ def _series(result, metric, x):
     return out
 
 
+MARKERS, LINES = "os^Dv<>P", ("-", "--", ":", "-.")
+
+
+def draw_series(ax, series: dict) -> None:
+    """One line per name of ``series`` ({name: (xs, ys)}), each with its own marker and
+    line style, later markers hollow, so that a line drawn over another leaves it
+    visible; series equal at every point are one line named "a = b"."""
+    merged = {}   # points -> names
+    for name, (xs, ys) in series.items():
+        merged.setdefault(tuple(sorted(zip(xs, ys))), []).append(name)
+    for n, (points, names) in enumerate(merged.items()):
+        ax.plot([x for x, _ in points], [y for _, y in points],
+                label=" = ".join(sorted(names)),
+                marker=MARKERS[n % len(MARKERS)], linestyle=LINES[n % len(LINES)],
+                markersize=max(3.5, 7 - n * 0.5),
+                markerfacecolor=None if n == 0 else "none")
+
+
 def plot_metric(result, metric, x="S", ax=None, logy=True, ylabel=None):
     """One line per implementation: ``metric`` (a row key such as ms, tflops, gbs,
     pct_peak, peak_mem_bytes) against the case parameter ``x``."""
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4))
-    for impl, (xs, ys) in _series(result, metric, x).items():
-        order = sorted(range(len(xs)), key=xs.__getitem__)
-        ax.plot([xs[i] for i in order], [ys[i] for i in order], marker="o", label=impl)
+    draw_series(ax, _series(result, metric, x))
     ax.set_xscale("log", base=2)
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(x)
     ax.set_ylabel(ylabel or metric)
     ax.set_title(result.machine.get("gpu", ""), fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))   # off the lines
     ax.grid(alpha=0.3)
     return ax
 
@@ -134,25 +150,35 @@ def plot_speedups(result, baseline, x="S", ax=None):
     return ax
 
 
-def plot_sweep(result, ax=None, **where):
+def plot_sweep(result, ax=None, what="", **where):
     """Heatmap of the median time of each (Br, Bc) in rows that have them
-    (chapter 7's sweep)."""
+    (chapter 7's sweep), with its colour bar; ``what`` (the kernel swept) and the
+    rows' S and mask head the title."""
     rows = [r for r in result.select(**where) if "Br" in r and r.get("ms") is not None]
     brs, bcs = sorted({r["Br"] for r in rows}), sorted({r["Bc"] for r in rows})
     grid = [[float("nan")] * len(bcs) for _ in brs]
     for r in rows:
         grid[brs.index(r["Br"])][bcs.index(r["Bc"])] = r["ms"]
     if ax is None:
-        _, ax = plt.subplots(figsize=(4.5, 4))
-    ax.imshow(grid, cmap="viridis_r")
+        _, ax = plt.subplots(figsize=(5.2, 4))
+    image = ax.imshow(grid, cmap="viridis_r")
+    plt.colorbar(image, ax=ax, label="median time (ms)")
     for i, line in enumerate(grid):
         for j, ms in enumerate(line):
-            ax.text(j, i, f"{ms:.2f}", ha="center", va="center", color="w", fontsize=9)
+            if ms == ms:   # dark text where the cell is light (by its luminance)
+                r, g, b = image.cmap(image.norm(ms))[:3]
+                light = 0.299 * r + 0.587 * g + 0.114 * b > 0.5
+                ax.text(j, i, f"{ms:.2f}", ha="center", va="center", fontsize=9,
+                        color="black" if light else "white")
     ax.set_xticks(range(len(bcs)), [str(b) for b in bcs])
     ax.set_yticks(range(len(brs)), [str(b) for b in brs])
     ax.set_xlabel("Bc (keys per tile)")
     ax.set_ylabel("Br (query rows per block)")
-    ax.set_title(f"ms, {result.machine.get('gpu', '')}", fontsize=10)
+    sizes = sorted({r["S"] for r in rows if "S" in r})
+    causal = {r.get("causal") for r in rows} == {True}
+    case = ", ".join(filter(None, [what, f"S = {sizes[0]}" if len(sizes) == 1 else "",
+                                   "causal" if causal else ""]))
+    ax.set_title(f"{case}\n{result.machine.get('gpu', '')}", fontsize=10)
     return ax
 
 
