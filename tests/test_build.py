@@ -48,10 +48,11 @@ printf("<<<not a launch>>>");
 """
     out = emulate.to_cpp(src)
     # the kernel's address where it is one function, else the call as written
-    assert "kernel_address<decltype(t)>(k); }, [&](auto&... a) { k(a...); }, " \
-           '"k").cfg(g, b)(x);' in out
-    assert "kernel_address<decltype(t)>(ns::k2<float, 64>); }, [&](auto&... a) { " \
-           'ns::k2<float, 64>(a...); }, "ns::k2<float, 64>").cfg(dim3(1, 2),' in out
+    assert "kernel_address<decltype(attnbook_t)>(k); }, [&](auto&... attnbook_a) { " \
+           'k(attnbook_a...); }, "k").cfg(g, b)(x);' in out
+    assert "kernel_address<decltype(attnbook_t)>(ns::k2<float, 64>); }, " \
+           "[&](auto&... attnbook_a) { ns::k2<float, 64>(attnbook_a...); }, " \
+           '"ns::k2<float, 64>").cfg(dim3(1, 2),' in out
     assert '"<<<not a launch>>>"' in out
     assert out.count("\n") == src.count("\n")
 

@@ -4,6 +4,7 @@ output, exit status, -I and -D, and its errors (a fault, memcheck) with their li
 import os
 import pathlib
 import re
+import select
 import subprocess
 import sys
 
@@ -128,17 +129,41 @@ def test_math_classification_functions_are_global_as_with_nvcc(tmp_path):
     assert done.stdout == "1 1\n10 0\n4 0\n9 1\n"
 
 
+def test_a_program_s_output_shows_as_it_prints(tmp_path):
+    # the runner showed it only once the program ended: llm.c's checks print their
+    # verdict minutes before their benchmarks end, and a run stopped early showed
+    # nothing at all
+    (tmp_path / "slow.cu").write_text(
+        "#include <cstdio>\n#include <chrono>\n#include <thread>\n"
+        "int main() {\n  printf(\"results match\\n\");\n"
+        "  std::this_thread::sleep_for(std::chrono::seconds(120));\n}\n")
+    from attnbook.toolchain import program
+    program.build(tmp_path / "slow.cu")   # built first: the wait below is the run's
+    child = subprocess.Popen([sys.executable, "-m", "attnbook.toolchain.program", "run",
+                              str(tmp_path / "slow.cu")], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        ready, _, _ = select.select([child.stdout], [], [], 60)
+        assert ready and child.stdout.readline() == "results match\n"
+        assert child.poll() is None   # still running
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_learners_idioms_run_as_nvcc_builds_them():
-    """Macros over several lines holding a launch or inline PTX, overloaded kernels,
-    template arguments a launch deduces, NULL for a pointer, an atomic given a value
-    of another type, cooperative groups' scans (each once stopped the build or the
-    launch)."""
+    """Macros over several lines holding a launch or inline PTX, a launch of a kernel
+    whose name a macro pastes (with a parameter named t), overloaded kernels, template
+    arguments a launch deduces, NULL for a pointer, static __shared__, an atomic given
+    a value of another type, cooperative groups' scans (each once stopped the build or
+    the launch)."""
     for checked in ([], ["--sanitize"]):   # a deduced launch under memcheck too
         done = run(*checked, str(PROGRAMS / "learner_idioms.cu"))
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == [
             word for name in ("macro_launch", "overload", "overload_int", "deduced",
-                              "explicit", "null_argument", "atomic_conversion",
+                              "explicit", "null_argument", "pasted_name",
+                              "static_shared", "atomic_conversion",
                               "atomic_float", "scan", "macro_asm")
             for word in (name, "ok")]
 

@@ -345,7 +345,9 @@ _EXTERN_SHARED = re.compile(
     r"extern\s+" + _ALIGN + r"__shared__\s+" + _ALIGN +
     r"([A-Za-z_][\w:<>, ]*?[\w>])\s+" + _ALIGN +
     r"([A-Za-z_]\w*)\s*\[\s*\]\s*;")
-_STATIC_SHARED = re.compile(r"(?<!\w)__shared__(?!\w)([^;]*);")
+# `static __shared__` (or `__shared__ static`) is, in a kernel, `__shared__`
+_STATIC_SHARED = re.compile(r"(?<!\w)(?:static\s+)?__shared__(?!\w)(?:\s*static\b)?"
+                            r"([^;]*);")
 _LEADING_ALIGN = re.compile(r"\s*((?:(?:__align__|alignas)\s*\((?:[^()]|\([^()]*\))*\)"
                             r"\s*)+)")
 
@@ -420,8 +422,8 @@ def _kernel_start(masked: str, end: int) -> int:
                 depth += {">": 1, "<": -1}.get(c, 0)
             if depth == 0:
                 break
-    while i > 0 and (masked[i - 1].isalnum() or masked[i - 1] in "_:"):
-        i -= 1
+    while i > 0 and (masked[i - 1].isalnum() or masked[i - 1] in "_:#"):
+        i -= 1   # '#': a name a macro pastes together, add_##t##_kernel
     return i
 
 
@@ -504,11 +506,12 @@ def _launches(code: str) -> str:
             raise SyntaxError(f"line {line}: no kernel before '<<<'")
         name = " ".join(code[start:open_].split())   # one line, whatever the source
         # its address where the kernel is one function, else a call that resolves an
-        # overload or deduces a template from the arguments (emu_runtime.h, launch_of)
-        address = f"::attnbook_emu::kernel_address<decltype(t)>({name})"
-        head = (f"::attnbook_emu::launch_of([&](auto t) -> decltype({address}) "
-                f"{{ return {address}; }}, [&](auto&... a) {{ {name}(a...); }}, "
-                f'"{name}").cfg(')
+        # overload or deduces a template from the arguments (emu_runtime.h,
+        # launch_of); names a macro's parameters cannot be
+        address = f"::attnbook_emu::kernel_address<decltype(attnbook_t)>({name})"
+        head = (f"::attnbook_emu::launch_of([&](auto attnbook_t) -> decltype("
+                f"{address}) {{ return {address}; }}, [&](auto&... attnbook_a) "
+                f'{{ {name}(attnbook_a...); }}, "{name}").cfg(')
         code = (code[:start] + head + "\n" * kernel.count("\n") + code[open_ + 3:close]
                 + ")" + code[close + 3:])
 

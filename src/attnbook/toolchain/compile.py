@@ -81,6 +81,16 @@ CPU_FLAGS = ["-std=c++20", "-O2", "-fno-strict-aliasing", "-fvisibility=hidden",
              *FMA_FLAGS, "-DATTNBOOK_EMULATOR"]
 
 
+_OLD_STD = re.compile(r"-std=(?:c|gnu)\+\+(?:98|03|0x|11|1y|14|1z|17)")
+
+
+def emulator_cflags(flags) -> list[str]:
+    """A user's host-compiler flags for an emulator build: a ``-std`` older than C++20
+    (written for nvcc's host pass, as learn-cuda's and LeetCUDA's scripts pass
+    ``-std=c++17``) gives way to the emulator's C++20, which its headers need."""
+    return [f for f in map(str, flags) if not _OLD_STD.fullmatch(f)]
+
+
 def fmad_off(cuda_flags) -> list[str]:
     """The host compiler's flag for nvcc's ``--fmad=false`` among ``cuda_flags``: no
     contraction (later flags win); none otherwise."""
@@ -243,7 +253,7 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                + kernel_text + "\n" + wrapper_text]
         cu, target = [], EMULATOR_TARGET
         cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={arch_number(arch or 'sm_80')}"]
-        cflags, cuda_flags = cflags + list(extra_cflags), []
+        cflags, cuda_flags = cflags + emulator_cflags(extra_cflags), []
         if checked:
             cflags += CHECKED_FLAGS
         # every "header" the kernel and wrapper name from ``search`` is pasted in

@@ -36,7 +36,8 @@ from .compile import (BACKENDS, CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR,
                       EMULATOR_TARGET, INCLUDE_DIR, CompileError, arch_list,
                       arch_number, build_lock, device_arch, fmad_off, short_error,
                       build_directory, cpp_extension, default_backend,
-                      emulator_headers, quiet_build, report_build, write_if_changed)
+                      emulator_cflags, emulator_headers, quiet_build, report_build,
+                      write_if_changed)
 from .progress import build_progress
 
 __all__ = ["load_extension"]
@@ -227,7 +228,8 @@ class Build:
                          else "") + '#include "cuda_emulator.h"\n'
             texts.append((first + f'#line 1 "{file_name}"\n{code}\n', file_name))
         cflags = CPU_FLAGS + [f"-DATTNBOOK_EMU_ARCH={arch_number(arch)}",
-                              *fmad_off(self.cuda_cflags), *self.cflags,
+                              *fmad_off(self.cuda_cflags),
+                              *emulator_cflags(self.cflags),
                               *(CHECKED_FLAGS if checked else ())]
         full = f"{self.name}_{'checked' if checked else 'emulator'}_" + _key(
             *(t for pair in texts for t in pair), *cflags, torch.__version__,

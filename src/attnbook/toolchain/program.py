@@ -25,6 +25,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import torch
@@ -117,17 +118,31 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
     return exe
 
 
+def _relay(stream, write):
+    for line in stream:
+        write(line)
+        sys.stdout.flush()
+
+
 def run(source, args=(), **options) -> int:
     """Build the program ``source`` (its path, or its files' paths; see :func:`build`
-    for ``options``) and run it with ``args``; once it ends, its stdout and stderr are
-    written to this process's (a notebook's cell shows them), each kernel address named
-    by its ``file:line``. Returns its exit status."""
+    for ``options``) and run it with ``args``; its stdout and stderr are written to
+    this process's line by line as it prints them (a notebook's cell shows them; a
+    program stopped early has shown what it printed), each kernel address named by its
+    ``file:line``. Returns its exit status."""
     exe = build(source, **options)
-    done = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True)
-    sys.stdout.write(done.stdout)
-    if done.stderr:
-        sys.stderr.write(sanitizer.resolve(done.stderr, str(exe))[0])
-    return done.returncode
+    with subprocess.Popen([str(exe), *map(str, args)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as child:
+        errors = threading.Thread(target=_relay, args=(child.stderr, lambda line: (
+            sys.stderr.write(sanitizer.resolve(line, str(exe))[0]))))
+        errors.start()
+        try:
+            _relay(child.stdout, sys.stdout.write)
+            errors.join()
+            return child.wait()
+        except BaseException:   # Ctrl-C: the program stops too
+            child.kill()
+            raise
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,8 @@
 // Idioms of public learners' code that the emulator must take as nvcc does: launches
-// and inline PTX inside macros written over several lines, overloaded kernels,
-// template kernels whose arguments a launch deduces, a NULL argument. Each check
-// prints one line: "name ok" or what it got.
+// and inline PTX inside macros written over several lines, a launch whose kernel name a
+// macro pastes together, overloaded kernels, template kernels whose arguments a launch
+// deduces, a NULL argument, `static __shared__`. Each check prints one line: "name ok"
+// or what it got.
 #include <cstdio>
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -32,6 +33,9 @@ namespace cg = cooperative_groups;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), \
                "l"(src))
 #define CP_ASYNC_WAIT_ALL() asm volatile("cp.async.wait_all;\n" ::)
+// The kernel's name pasted from the macro's argument, which is named t (as the
+// emulator's own launch code names things: they must not collide).
+#define LAUNCH_ADD(t, x, n) add_##t##_kernel<<<((n) + 127) / 128, 128>>>(x, n)
 
 __global__ void fill(float* out, int n, float value) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -50,6 +54,21 @@ __global__ void scale(float* x, int n, float by) {
 __global__ void scale(int* x, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= 3;
+}
+
+__global__ void add_f32_kernel(float* x, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.f;
+}
+
+// `static __shared__`: in a kernel, the same as __shared__. Reverses each 128-element
+// piece of x.
+__global__ void reverse_tiles(float* x, int n) {
+  static __shared__ float tile[128];
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  tile[threadIdx.x] = i < n ? x[i] : 0.f;
+  __syncthreads();
+  if (i < n) x[i] = tile[127 - threadIdx.x];
 }
 
 // A template whose parameter the launch deduces.
@@ -137,6 +156,19 @@ int main() {
   maybe_bias<<<3, 128>>>(f, NULL, n);
   CHECK(cudaDeviceSynchronize());
   all_equal(f, n, 13.5f, "null_argument");
+
+  LAUNCH_ADD(f32, f, n);
+  CHECK(cudaDeviceSynchronize());
+  all_equal(f, n, 14.5f, "pasted_name");
+
+  float ramp[128];
+  for (int i = 0; i < 128; ++i) ramp[i] = float(i);
+  CHECK(cudaMemcpy(f, ramp, sizeof ramp, cudaMemcpyHostToDevice));
+  reverse_tiles<<<1, 128>>>(f, 128);
+  CHECK(cudaMemcpy(ramp, f, sizeof ramp, cudaMemcpyDeviceToHost));
+  bool reversed = true;
+  for (int i = 0; i < 128; ++i) reversed = reversed && ramp[i] == float(127 - i);
+  std::printf("static_shared %s\n", reversed ? "ok" : "wrong");
 
   unsigned* counter;
   CHECK(cudaMalloc(&counter, sizeof(unsigned)));

@@ -18,6 +18,8 @@ namespace attnbook_emu {
 struct Program {
   Program() {
     std::set_terminate(&on_terminate);
+    // line by line into the runner's pipe, which shows each line as it comes
+    std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
 #ifdef ATTNBOOK_CHECKED
     attnbook_checked_begin(ATTNBOOK_PROGRAM_CHECKS, nullptr, 0);
 #endif
