@@ -71,9 +71,13 @@ def test_the_release_check_needs_the_tag_at_the_address(tmp_path):
     root = _book_copy(tmp_path / "copy", f"file://{remote}")
     # the setup cells still install from the old address: named, then rewritten
     assert len(release.setup_cell_errors(root)) == 2
+    nb = root / "book" / "01_attention_from_first_principles.ipynb"
+    cells = json.loads(nb.read_text())
+    release.code_cells(cells)[0]["metadata"]["tags"] = []   # and one lacks its tag
+    nb.write_text(json.dumps(cells))
     assert release.main([], root=root) == 1
     assert release.main(["--write"], root=root) == 1   # no tag yet at the address
-    assert release.setup_cell_errors(root) == []
+    assert release.setup_cell_errors(root) == []   # sources and tag mended
     assert "has no tag v" in release.tag_errors(root)[0]
     subprocess.run([*git, "tag", release_tag()], check=True)
     assert release.main([], root=root) == 0

@@ -70,6 +70,20 @@ def test_transform_of_shared_declarations():
     assert "poison_static_shared(&c, sizeof(c))" in out[3]
 
 
+def test_static_shared_keeps_its_lines_and_builds_at_namespace_scope():
+    # `static __shared__` (LeetCUDA) failed to build: "conflicting specifiers"
+    src = ("static __shared__ float g[4];\n__global__ void k(float* o) {\n  static\n"
+           "  __shared__ float s[4];\n  __shared__ static int t;\n  o[0] = s[0];\n}\n")
+    out = emulate.to_cpp(src)
+    assert out.count("\n") == src.count("\n")
+    lines = out.splitlines()
+    assert lines[0] == "__shared__ float g[4];"
+    assert "poison_static_shared(&s, sizeof(s))" in lines[2]
+    assert "poison_static_shared(&t, sizeof(t))" in lines[4]
+    assert lines[5] == "  o[0] = s[0];"
+    assert not re.search(r"\bstatic\b", lines[2] + lines[4])
+
+
 def test_an_alignment_after_shared_moves_before_it():
     # nvcc takes `__shared__ alignas(16) float t[8];`; after `static thread_local` (the
     # emulator's __shared__) an alignas would sit among the specifiers, an error in C++.

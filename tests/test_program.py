@@ -5,6 +5,7 @@ import os
 import pathlib
 import re
 import select
+import signal
 import subprocess
 import sys
 
@@ -146,9 +147,12 @@ def test_a_program_s_output_shows_as_it_prints(tmp_path):
         ready, _, _ = select.select([child.stdout], [], [], 60)
         assert ready and child.stdout.readline() == "results match\n"
         assert child.poll() is None   # still running
-    finally:
-        child.kill()
-        child.wait()
+    finally:   # Ctrl-C stops the runner and the program it runs
+        child.send_signal(signal.SIGINT)
+        child.wait(30)
+    assert not [line for line in subprocess.run(
+        ["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+        if line.endswith("/slow")]
 
 
 def test_learners_idioms_run_as_nvcc_builds_them():

@@ -32,6 +32,10 @@ __global__ void sum_pairs(const __half2* y, float* out, int pairs) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < pairs) out[i] = __low2float(y[i]) + __high2float(y[i]);  // @pairs
 }
+// Releases lock n: an atomic as the kernel's last act.
+__global__ void release(int* locks, int n) {
+  atomicExch(&locks[n], 0);  // @release
+}
 // Each thread copies 4 floats of x to shared memory asynchronously, then writes them.
 __global__ void async_copy(const float* x, float* out, int n) {
   __shared__ __align__(16) float tile[128];
@@ -57,6 +61,7 @@ void launch_pairs(const void* x, void* y, int copied, float* out, int pairs) {
   sum_pairs<<<blocks(pairs), kThreads>>>(static_cast<const __half2*>(y), out, pairs);
 }
 void launch_async(const float* x, float* out) { async_copy<<<1, 32>>>(x, out, 128); }
+void launch_release(int* locks, int n) { release<<<1, 1>>>(locks, n); }
 """
 
 WRAPPER = r"""
@@ -65,6 +70,7 @@ void launch_accumulate(const float* x, float* out, int n);
 void launch_count(const int* keys, int* counts, int n);
 void launch_pairs(const void* x, void* y, int copied, float* out, int pairs);
 void launch_async(const float* x, float* out);
+void launch_release(int* locks, int n);
 
 // out = x + (at::empty, at::zeros, or at::empty with its first `filled` elements
 // zeroed by host code, or written by a kernel first: how = 0, 1, 2, 3)
@@ -89,6 +95,9 @@ at::Tensor pair_sums(at::Tensor x, int64_t copied) {
                int(out.numel()));
   return out;
 }
+void release_lock(at::Tensor locks, int64_t n) {
+  launch_release(locks.data_ptr<int>(), int(n));
+}
 at::Tensor async_from_empty(at::Tensor x) {
   auto staged = at::empty_like(x), out = at::empty_like(x);
   launch_async(staged.data_ptr<float>(), out.data_ptr<float>());
@@ -100,7 +109,8 @@ at::Tensor async_from_empty(at::Tensor x) {
 @pytest.fixture(scope="module")
 def ext():
     return ab.compile("initcheck_cases", SOURCE, WRAPPER,
-                      ["accumulate_into", "histogram", "pair_sums", "async_from_empty"],
+                      ["accumulate_into", "histogram", "pair_sums", "async_from_empty",
+                       "release_lock"],
                       backend="emulator")
 
 
@@ -175,3 +185,10 @@ def test_an_asynchronous_copy_from_unwritten_memory_is_reported(ext):
         ext.async_from_empty(torch.ones(128))
     assert (info.value.kind, info.value.location) == ("read", line_of("async"))
     assert info.value.size == 16
+
+
+def test_an_atomic_as_a_kernels_last_act_is_named_by_its_line(ext):
+    # the hook was reached by a jump, and its return address was std::invoke's
+    with ab.sanitize(), pytest.raises(ab.MemcheckError) as info:
+        ext.release_lock(torch.ones(4, dtype=torch.int32), 4)
+    assert (info.value.kind, info.value.location) == ("atomic", line_of("release"))

@@ -83,7 +83,11 @@ def time_cuda(fn, *, warmup: int = 3, repeats: int = 20, flush_l2: bool = True) 
 
     Returns the median and every repeat, in milliseconds. With ``flush_l2`` a buffer
     twice the size of L2 is overwritten before each repeat (outside the timed
-    interval)."""
+    interval). This is the method of Triton's ``triton.testing.do_bench`` (L2 flushed,
+    events around each run, a quantile), written out so that it needs no Triton (a CPU
+    build of torch brings none) and keeps every repeat for the tables;
+    ``torch.utils.benchmark.Timer`` times many runs back to back with a warm L2, where
+    a kernel whose inputs fit in L2 would look faster than one reading from memory."""
     _require_gpu("time_cuda")
     for _ in range(warmup):
         fn()
@@ -194,7 +198,7 @@ def markdown_table(header, rows, caption: str = "") -> Table:
 def _number(value: float) -> str:
     """Three significant digits, and whole numbers from 1,000 up: 2,813 GB/s, not
     2.81e+03."""
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    return f"{value:,.0f}" if abs(value) >= 999.5 else f"{value:.3g}"
 
 
 @dataclass

@@ -385,10 +385,12 @@ def _static_shared(code: str, masked: str) -> str:
     thread, not at every use (each lookup is a call in a shared library)."""
     edits = []
     for m in _STATIC_SHARED.finditer(masked):
+        whole, decl = code[m.start():m.end()], code[m.start(1):m.end(1)]
         if masked[:m.start()].count("{") - masked[:m.start()].count("}") <= 0:
-            # namespace scope: no statement may follow, and no block to poison for
+            # namespace scope: no statement may follow, and no block to poison for;
+            # only a `static` beside __shared__ (which is static already) goes
+            edits.append((m.start(), m.end(), _keep_lines(whole, f"__shared__{decl};")))
             continue
-        decl = code[m.start(1):m.end(1)]
         # An alignment written after __shared__ goes before it: after `static
         # thread_local` it would sit among the specifiers, which C++ forbids.
         lead = _LEADING_ALIGN.match(decl)
@@ -401,7 +403,7 @@ def _static_shared(code: str, masked: str) -> str:
         text = decl + ";" + "".join(
             f" auto& {n} = *::attnbook_emu::opaque(&attnbook_shared_{n});"
             f" ::attnbook_emu::poison_static_shared(&{n}, sizeof({n}));" for n in names)
-        edits.append((m.start(), m.end(), head + text))
+        edits.append((m.start(), m.end(), _keep_lines(whole, head + text)))
     for start, end, text in reversed(edits):
         code = code[:start] + text + code[end:]
     return code

@@ -162,7 +162,7 @@ def plot_sweep(result, ax=None, what="", **where):
     if ax is None:
         _, ax = plt.subplots(figsize=(5.2, 4))
     image = ax.imshow(grid, cmap="viridis_r")
-    plt.colorbar(image, ax=ax, label="median time (ms)")
+    ax.figure.colorbar(image, ax=ax, label="median time (ms)")
     for i, line in enumerate(grid):
         for j, ms in enumerate(line):
             if ms == ms:   # dark text where the cell is light (by its luminance)

@@ -118,10 +118,16 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
     return exe
 
 
-def _relay(stream, write):
+def _relay(stream, write, out):
+    """Each line of ``stream`` through ``write``, then ``out`` flushed; a line that
+    cannot be written (its address not found) goes as it came, so that the pipe is
+    always drained and the program never blocks on it."""
     for line in stream:
-        write(line)
-        sys.stdout.flush()
+        try:
+            write(line)
+        except Exception:   # whatever it was, the pipe must keep flowing
+            out.write(line)
+        out.flush()
 
 
 def run(source, args=(), **options) -> int:
@@ -132,12 +138,13 @@ def run(source, args=(), **options) -> int:
     ``file:line``. Returns its exit status."""
     exe = build(source, **options)
     with subprocess.Popen([str(exe), *map(str, args)], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True) as child:
+                          stderr=subprocess.PIPE, text=True,
+                          errors="replace") as child:
         errors = threading.Thread(target=_relay, args=(child.stderr, lambda line: (
-            sys.stderr.write(sanitizer.resolve(line, str(exe))[0]))))
+            sys.stderr.write(sanitizer.resolve(line, str(exe))[0])), sys.stderr))
         errors.start()
         try:
-            _relay(child.stdout, sys.stdout.write)
+            _relay(child.stdout, sys.stdout.write, sys.stdout)
             errors.join()
             return child.wait()
         except BaseException:   # Ctrl-C: the program stops too

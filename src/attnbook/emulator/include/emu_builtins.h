@@ -231,7 +231,7 @@ template <class T> inline T atomicSub(T* p, std::type_identity_t<T> v) {
 template <class T> inline T atomicExch(T* p, std::type_identity_t<T> v) {
   T old;
   __atomic_exchange(p, &v, &old, ::attnbook_emu::kSeqCst);
-  return old;
+  return ::attnbook_emu::called(old);
 }
 template <class T> inline T atomicMax(T* p, std::type_identity_t<T> v) {
   return ::attnbook_emu::atomic_update(p, [v](T o) { return o < v ? v : o; });

@@ -227,7 +227,9 @@ ATTNBOOK_UNCHECKED inline void remember(CheckState& c, uintptr_t lo, uintptr_t h
 ATTNBOOK_UNCHECKED inline void check_written(Runtime& r, uintptr_t lo, uintptr_t hi,
                                              uintptr_t a, size_t n, bool reads,
                                              const char* kind, uintptr_t pc) {
-  uintptr_t w = std::max((lo + 3) & ~uintptr_t(3), a & ~uintptr_t(3));
+  // no std::max: an instrumented call would count its own stack reads
+  const uintptr_t first = (lo + 3) & ~uintptr_t(3), at = a & ~uintptr_t(3);
+  uintptr_t w = first > at ? first : at;
   for (; w + 4 <= hi && w < a + n; w += 4) {
     auto* word = reinterpret_cast<uint32_t*>(w);
     uint32_t pattern = unwritten(w);

@@ -41,11 +41,12 @@ ATTNBOOK_TSAN void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(5); }
 ATTNBOOK_TSAN void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(5); }
 
 // Atomics: checked as accesses (never as races), then done sequentially consistent.
-#define ATTNBOOK_TSAN_RMW(N, T, OP, KIND)                                              \
-  ATTNBOOK_TSAN T __tsan_atomic##N##_##OP(volatile void* a, T v, int) {                \
+// NAME: ThreadSanitizer's name of the operation; BUILTIN: GCC's.
+#define ATTNBOOK_TSAN_RMW(N, T, NAME, BUILTIN, KIND)                                   \
+  ATTNBOOK_TSAN T __tsan_atomic##N##_##NAME(volatile void* a, T v, int) {              \
     ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                          \
                            __builtin_return_address(0), ::attnbook_emu::KIND);         \
-    return __atomic_##OP(static_cast<volatile T*>(a), v, __ATOMIC_SEQ_CST);            \
+    return __atomic_##BUILTIN(static_cast<volatile T*>(a), v, __ATOMIC_SEQ_CST);       \
   }
 #define ATTNBOOK_TSAN_ATOMICS(N, T)                                                    \
   ATTNBOOK_TSAN T __tsan_atomic##N##_load(const volatile void* a, int) {               \
@@ -58,13 +59,13 @@ ATTNBOOK_TSAN void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(5); }
                            __builtin_return_address(0), ::attnbook_emu::kAtomic);      \
     __atomic_store_n(static_cast<volatile T*>(a), v, __ATOMIC_SEQ_CST);                \
   }                                                                                    \
-  ATTNBOOK_TSAN_RMW(N, T, exchange_n, kAtomic)                                         \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_add, kAtomicUpdate)                                    \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_sub, kAtomicUpdate)                                    \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_and, kAtomicUpdate)                                    \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_or, kAtomicUpdate)                                     \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_xor, kAtomicUpdate)                                    \
-  ATTNBOOK_TSAN_RMW(N, T, fetch_nand, kAtomicUpdate)                                   \
+  ATTNBOOK_TSAN_RMW(N, T, exchange, exchange_n, kAtomic)                               \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_add, fetch_add, kAtomicUpdate)                         \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_sub, fetch_sub, kAtomicUpdate)                         \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_and, fetch_and, kAtomicUpdate)                         \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_or, fetch_or, kAtomicUpdate)                           \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_xor, fetch_xor, kAtomicUpdate)                         \
+  ATTNBOOK_TSAN_RMW(N, T, fetch_nand, fetch_nand, kAtomicUpdate)                       \
   ATTNBOOK_TSAN bool __tsan_atomic##N##_compare_exchange_strong(                       \
       volatile void* a, void* c, T v, int, int) {                                      \
     ::attnbook_emu::access(const_cast<void*>(a), N / 8, true,                          \
