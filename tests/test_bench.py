@@ -129,8 +129,8 @@ def test_large_numbers_are_written_whole_and_tables_from_rows():
     assert "| 2,813 |" in result.table(columns=("impl", "gbs"), S=256)
     result.rows[0].update(gbs=999.7)   # three digits would say 1e+03
     assert "| 1,000 |" in result.table(columns=("impl", "gbs"), S=256)
-    table = bench.markdown_table(["case", "ms", "ratio"], [["S = 512", "0.215", "1.7×"]],
-                                 caption="H200")
+    table = bench.markdown_table(["case", "ms", "ratio"],
+                                 [["S = 512", "0.215", "1.7×"]], caption="H200")
     assert table.splitlines() == ["| case | ms | ratio |", "|---|--:|--:|",
                                   "| S = 512 | 0.215 | 1.7× |"]
     assert table._repr_markdown_().startswith("*H200*\n\n| case |")

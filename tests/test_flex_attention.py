@@ -1,7 +1,7 @@
-"""PyTorch's FlexAttention, the tool readers reach for to write a mask, expresses each of
-the book's masks (ab.masks.flex_mask_mod) and gives what the book's kernels give on the
-CPU; SDPA's causal_lower_right is the book's causal alignment, and the two variants the
-kernels take only as attn_mask (top-left causal, the Sparse Transformer's relative
+"""PyTorch's FlexAttention, the tool readers reach for to write a mask, expresses each
+of the book's masks (ab.masks.flex_mask_mod) and gives what the book's kernels give on
+the CPU; SDPA's causal_lower_right is the book's causal alignment, and the two variants
+the kernels take only as attn_mask (top-left causal, the Sparse Transformer's relative
 stride) agree too."""
 import warnings
 

@@ -1,6 +1,6 @@
-"""The package's layers point one way, as docs/developing.md's layout table says: every
-import between subpackages goes down (lazy imports inside functions included), no two modules
-import each other, no module reaches into another's private names, and
+"""The package's layers point one way, as docs/developing.md's layout table says:
+every import between subpackages goes down (lazy imports inside functions included),
+no two modules import each other, no module reaches into another's private names, and
 ``import attnbook`` leaves the plots and the models for their first use."""
 import ast
 import pathlib

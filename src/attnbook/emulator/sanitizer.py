@@ -69,10 +69,10 @@ is not counted (the CPU's registers are not the GPU's), and lines inside
 
 The checked build costs a call per memory access: on the fused fp32 attention
 (B=2, H=2, S=64, D=64, causal, where the plain emulator takes half a millisecond on
-one CPU thread), memcheck takes about 14 times the plain time, memcheck with racecheck
+one CPU thread), memcheck takes about 13 times the plain time, memcheck with racecheck
 about 17 times, and with initcheck too about the same
 (``sanitize(racecheck=False, initcheck=False)`` for memcheck alone), and the profile
-about 63.
+about 58.
 """
 from __future__ import annotations
 
