@@ -271,6 +271,92 @@ def test_append_alone(device):
     assert_same_bits(v_cache, want_v)
 
 
+# ---- positions checked once: host mirrors and plans ---------------------------------
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_a_plan_and_a_host_mirror_give_what_the_arguments_give(paged, device):
+    """The lengths and the table checked once (plan_kvcache) or given on the host
+    compute what the device tensors compute, append and attention alike."""
+    k_cache, v_cache, table = make_cache(2, 2, 32, [5, 11], device, max_len=32,
+                                         block_size=8 if paged else None)
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(2, 4, 3, 32, generator=g).to(device)
+    k, v = (torch.randn(2, 2, 3, 32, generator=g).to(device) for _ in range(2))
+    lens = torch.tensor([5, 11], device=device)
+    caches = [(k_cache.clone(), v_cache.clone()) for _ in range(3)]
+    want = attention_with_kvcache_reference(q, k_cache, v_cache, k, v,
+                                            cache_seqlens=lens, block_table=table)
+    host = dict(cache_seqlens=lens.cpu(),
+                block_table=None if table is None else table.cpu())
+    plan = ab.plan_kvcache(k_cache, **host, new_tokens=3)
+    assert plan.cache_seqlens.device == k_cache.device and plan.lengths == (5, 11)
+    calls = [dict(cache_seqlens=lens, block_table=table), host, dict(plan=plan)]
+    outs = [ab.attention_with_kvcache(q, kc, vc, k, v, **kw)
+            for (kc, vc), kw in zip(caches, calls)]
+    for o, (kc, vc) in zip(outs, caches):
+        torch.testing.assert_close(o.double(), want, rtol=1e-4, atol=1e-5)
+        assert_same_bits(kc, caches[0][0])
+        assert_same_bits(vc, caches[0][1])
+    appended = k_cache.clone(), v_cache.clone()
+    ab.kv_cache_append(*appended, k, v, plan=plan)
+    assert_same_bits(appended[0], caches[0][0])
+    assert_same_bits(appended[1], caches[0][1])
+
+
+def test_a_plan_fits_only_the_calls_it_was_made_for():
+    kc = torch.zeros(2, 2, 16, 32)
+    q, k = torch.zeros(2, 4, 2, 32), torch.zeros(2, 2, 2, 32)
+    plan = ab.plan_kvcache(kc, torch.tensor([0, 3]), new_tokens=2)
+    pool = torch.zeros(6, 2, 4, 32)
+    paged = ab.plan_kvcache(pool, torch.tensor([0, 3]), torch.tensor(
+        [[0, 1, 2, 3], [4, 5, 0, 1]]), new_tokens=2)
+    bad = [
+        (dict(k_cache=kc, plan=plan, k=None), "made for 2 sequences of 2 new tokens"),
+        (dict(k_cache=torch.zeros(2, 2, 8, 32), plan=plan), "caches of 2 x 16"),
+        (dict(k_cache=kc, plan=plan, q=q[:1], k=k[:1]), "this call has 1 of 2"),
+        (dict(k_cache=pool, plan=plan), "k_cache (6, 2, 4, 32)"),
+        (dict(k_cache=torch.zeros(7, 2, 4, 32), plan=paged), "caches of 6 x 4"),
+        (dict(k_cache=kc, plan=plan, cache_seqlens=3), "not both"),
+        (dict(k_cache=kc, plan=plan.cache_seqlens), "plan must be a KVCachePlan"),
+        (dict(k_cache=kc.to("meta"), plan=plan, q=q.to("meta"), k=k.to("meta")),
+         "on cpu; this call"),
+    ]
+    for kw, message in bad:
+        kw = dict(dict(q=q, k=k), **kw)
+        kw.setdefault("v", kw["k"])
+        kw["v_cache"] = kw["k_cache"].clone()
+        with pytest.raises((ValueError, TypeError), match=re.escape(message)):
+            ab.attention_with_kvcache(**kw)
+    assert torch.equal(kc, torch.zeros_like(kc))   # nothing written
+    with pytest.raises(ValueError, match="outside the pool of 6 pages"):
+        ab.plan_kvcache(pool, torch.tensor([0, 3]), torch.tensor(
+            [[0, 1, 2, 3], [4, 6, 0, 1]]), new_tokens=2)
+    with pytest.raises(ValueError, match="new_tokens must be"):
+        ab.plan_kvcache(kc, torch.tensor([0, 3]), new_tokens=-1)
+    with pytest.raises(TypeError, match="cache_seqlens is required"):
+        ab.attention_with_kvcache(q, kc, kc.clone())
+
+
+def test_a_host_mirror_is_checked_without_the_device():
+    """Lengths and a table on the host beside caches on the meta device (which holds
+    no values: any read back from it raises) are checked all the same."""
+    pool = torch.empty(6, 2, 4, 32, device="meta")
+    q = torch.empty(2, 4, 1, 32, device="meta")
+    table = torch.tensor([[0, 1, 2, 3], [4, 5, 0, 1]], dtype=torch.int32)
+    o = ab.attention_with_kvcache(q, pool, torch.empty_like(pool),
+                                  cache_seqlens=torch.tensor([3, 9]), block_table=table)
+    assert o.device.type == "meta"
+    with pytest.raises(ValueError, match=r"cache_seqlens\[1\] = 17 .* capacity of 16"):
+        ab.attention_with_kvcache(q, pool, torch.empty_like(pool),
+                                  cache_seqlens=torch.tensor([3, 17]),
+                                  block_table=table)
+    table[1, 2] = 6
+    with pytest.raises(ValueError, match=r"block_table\[1, 2\] = 6 is outside"):
+        ab.plan_kvcache(pool, torch.tensor([3, 9]), table)
+    with pytest.raises(ValueError, match="or on the CPU, as the host's mirror"):
+        ab.plan_kvcache(torch.zeros(2, 2, 8, 32), torch.zeros(2, dtype=torch.int32,
+                                                               device="meta"))
+
+
 # ---- the page allocator --------------------------------------------------------------
 def test_paged_cache_decodes_like_the_reference_as_sequences_come_and_go(device):
     """Prefill, decode steps, a sequence freed and a new one started in its slot: pages
@@ -543,8 +629,7 @@ def test_the_block_table_check_finds_what_a_loop_over_tokens_finds():
                                      generator=g)) for _ in range(b)]
         want = _pages_by_loop(table.tolist(), lengths, new_keys, block_size, pool)
         if want is None:
-            assert torch.equal(_check_pages(table, lengths, new_keys, block_size, pool),
-                               table.int())
+            _check_pages(table, lengths, new_keys, block_size, pool)   # no error
         else:
             with pytest.raises(ValueError, match=re.escape(want)):
                 _check_pages(table, lengths, new_keys, block_size, pool)

@@ -36,6 +36,6 @@ def test_every_readme_snippet_runs_as_written(tmp_path, monkeypatch):
                                        rtol=1e-4, atol=1e-5)
     assert namespace["meta"].device.type == "meta"
     assert namespace["o"].shape == (2, 8, 1, 64)   # the decode step's
-    assert namespace["lengths"].tolist() == [11, 301]
+    assert namespace["lengths"].tolist() == [12, 302]   # two steps appended
     assert torch.equal(namespace["c"], namespace["a"] + namespace["b"])
     assert namespace["model"].config.model_type == "gpt2"

@@ -15,6 +15,7 @@ models (transformers) are imported on first use.
 import importlib
 
 from . import args, bench, emulator, exercises, ops, reference, toolchain
+from .args.decode import KVCachePlan, plan_kvcache
 from .bench import peak_memory
 from .figures import show_kernel, show_source
 from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, TC_STEPS, Attention, PagedKVCache,

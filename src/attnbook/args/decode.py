@@ -7,6 +7,12 @@ values the kernels would otherwise trust — every sequence length, every positi
 tokens are written to, every page of the block table that is read or written. A cache is
 written in place, so an error found after the append would leave it half-changed; none
 is.
+
+Checking values means reading them on the host. The lengths and the block table may be
+given there (CPU tensors beside a GPU cache: a host mirror, as serving stacks keep), and
+the positions of one step may be checked once for every layer that shares them
+(:func:`plan_kvcache`, as FlashInfer's ``plan`` before its per-layer ``run``): then no
+layer reads anything back from the GPU or checks a page again.
 """
 from __future__ import annotations
 
@@ -18,7 +24,8 @@ import torch
 from .attention import (INT32_MAX, check_positive_int, check_same_device,
                         check_tensor, softmax_scale)
 
-__all__ = ["KVCacheArgs", "kvcache_args", "MAX_SPLITS", "ROWS_PER_BLOCK"]
+__all__ = ["KVCacheArgs", "KVCachePlan", "kvcache_args", "plan_kvcache", "MAX_SPLITS",
+           "ROWS_PER_BLOCK"]
 
 INTEGER_DTYPES = (torch.int32, torch.int64)
 MAX_SPLITS = 128       # as FlashAttention: more splits than this never pays
@@ -77,9 +84,30 @@ def _integer_tensor(x, name):
         raise TypeError(f"{name} must be an int32 or int64 tensor, got {what}")
 
 
-def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
-                 block_table=None, num_splits=None, is_causal=True, scale=None,
-                 dtypes=KERNEL_DTYPES) -> KVCacheArgs:
+@dataclass(eq=False, frozen=True)
+class KVCachePlan:
+    """The checked positions of one call, for every layer whose caches share them (the
+    layers of a model hold the same positions): made by :func:`plan_kvcache`, passed as
+    ``plan=`` to :func:`attnbook.attention_with_kvcache` and
+    :func:`attnbook.kv_cache_append` in place of ``cache_seqlens`` and
+    ``block_table``."""
+    cache_seqlens: torch.Tensor        # int32 [B] on the caches' device
+    block_table: torch.Tensor | None   # int32 [B, max_blocks], contiguous, there too
+    lengths: tuple                     # cache_seqlens as Python ints (empty on meta)
+    new_keys: int                      # tokens appended per sequence
+    capacity: int                      # positions a sequence can hold
+    block_size: int                    # positions per page (contiguous: max_len)
+    cache_rows: int                    # k_cache.shape[0]: B, or the pool's pages
+    device: torch.device
+
+    @property
+    def batch(self) -> int:
+        return self.cache_seqlens.shape[0]
+
+
+def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None,
+                 block_table=None, plan=None, num_splits=None, is_causal=True,
+                 scale=None, dtypes=KERNEL_DTYPES) -> KVCacheArgs:
     """Check the arguments of :func:`attnbook.attention_with_kvcache` and return them as
     the kernels take them. Raises TypeError, ValueError or NotImplementedError with a
     message that names the argument, before anything is written."""
@@ -109,16 +137,7 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
         if num_splits > MAX_SPLITS:
             raise ValueError(f"num_splits must be at most {MAX_SPLITS}, "
                              f"got {num_splits}")
-    if block_table is not None:
-        _integer_tensor(block_table, "block_table")
-    if (isinstance(cache_seqlens, numbers.Integral)
-            and not isinstance(cache_seqlens, bool)):
-        # One length for every sequence; beyond ±2^62 it is out of range either way.
-        n = max(-1, min(int(cache_seqlens), 2**62))
-        cache_seqlens = torch.full((q.shape[0],), n, dtype=torch.int64, device=q.device)
-    _integer_tensor(cache_seqlens, "cache_seqlens")
-    check_same_device(dict(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v,
-                           cache_seqlens=cache_seqlens, block_table=block_table))
+    check_same_device(dict(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v))
 
     b, h, sq, d = q.shape
     shapes = f"q {_shape(q)}, k_cache {_shape(k_cache)}"
@@ -135,25 +154,6 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
     if k_cache.data_ptr() == v_cache.data_ptr() and k_cache.numel() and \
             k_cache.device.type != "meta":
         raise ValueError("k_cache and v_cache must be different tensors")
-    if block_table is None:
-        if k_cache.shape[0] != b:
-            raise ValueError("a contiguous cache is [B, Hkv, max_len, D] with q's "
-                             f"B={b}: {shapes} (a paged cache needs block_table)")
-        block_size = capacity = k_cache.shape[2]
-    else:
-        if block_table.dim() != 2 or block_table.shape[0] != b:
-            raise ValueError(f"block_table must be [B, max_blocks] with q's B={b}, got "
-                             f"{_shape(block_table)}")
-        block_size = k_cache.shape[2]
-        if block_size == 0:
-            raise ValueError(f"pages must hold at least one position: k_cache {shapes}")
-        capacity = block_table.shape[1] * block_size
-        if k_cache.shape[0] > INT32_MAX:
-            raise ValueError(f"the pool has {k_cache.shape[0]} pages; the kernels "
-                             f"index at most {INT32_MAX}")
-    if capacity > INT32_MAX - 64:
-        raise ValueError(f"a sequence's capacity of {capacity} positions exceeds the "
-                         f"kernels' 32-bit limit ({INT32_MAX - 64})")
     new_keys = 0
     if k is not None:
         want = (b, hkv, sq, d)
@@ -166,12 +166,106 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
     if b * hkv > INT32_MAX or h * sq > INT32_MAX or \
             -(-(h // hkv) * sq // ROWS_PER_BLOCK) > 65535:
         raise ValueError(f"too many heads or rows for the kernels' grid: {shapes}")
+    if plan is None:
+        plan = _plan(k_cache, cache_seqlens, block_table, new_keys, b, "q's B")
+    else:
+        _check_plan(plan, cache_seqlens, block_table, k_cache, b, new_keys)
+    scale = softmax_scale(scale, d)
+    q4 = q if q.stride(-1) == 1 or d <= 1 else q.contiguous()
+    if k is not None:
+        k, v = (t if t.stride(-1) == 1 or d <= 1 else t.contiguous() for t in (k, v))
+    return KVCacheArgs(q4, k_cache, v_cache, k, v, plan.cache_seqlens,
+                       plan.block_table, list(plan.lengths), new_keys, plan.capacity,
+                       plan.block_size, is_causal, scale, num_splits)
+
+
+def plan_kvcache(k_cache, cache_seqlens, block_table=None, *,
+                 new_tokens=0) -> KVCachePlan:
+    """Check the positions of one call once, for every layer whose caches have
+    ``k_cache``'s shape and device: ``cache_seqlens`` and ``block_table`` as
+    :func:`attnbook.attention_with_kvcache` takes them, with ``new_tokens`` appended
+    per sequence. Given as CPU tensors beside a GPU cache (a host mirror), nothing is
+    read back from the GPU: they are copied there once, asynchronously."""
+    if not isinstance(k_cache, torch.Tensor) or k_cache.dim() != 4:
+        what = _shape(k_cache) if isinstance(k_cache, torch.Tensor) else \
+            type(k_cache).__name__
+        raise TypeError(f"k_cache must be a 4-D tensor, got {what}")
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, numbers.Integral) \
+            or new_tokens < 0:
+        raise ValueError(f"new_tokens must be a non-negative int, got {new_tokens!r}")
+    if isinstance(cache_seqlens, torch.Tensor) and cache_seqlens.dim() == 1:
+        b = cache_seqlens.shape[0]
+    elif isinstance(block_table, torch.Tensor) and block_table.dim() == 2:
+        b = block_table.shape[0]
+    else:
+        b = k_cache.shape[0]
+    return _plan(k_cache, cache_seqlens, block_table, int(new_tokens), b, "B")
+
+
+def _check_plan(plan, cache_seqlens, block_table, k_cache, b, new_keys):
+    """A plan fits a call: made for caches of this shape and device, this batch, and
+    this many new tokens (its values were checked when it was made)."""
+    if not isinstance(plan, KVCachePlan):
+        raise TypeError(f"plan must be a KVCachePlan (from plan_kvcache), got "
+                        f"{type(plan).__name__}")
+    if cache_seqlens is not None or block_table is not None:
+        raise ValueError("give cache_seqlens and block_table, or a plan made from "
+                         "them, not both")
+    if (plan.device != k_cache.device or plan.batch != b or plan.new_keys != new_keys
+            or _shape(k_cache)[0::2] != (plan.cache_rows, plan.block_size)):
+        raise ValueError(
+            f"the plan was made for {plan.batch} sequences of {plan.new_keys} new "
+            f"tokens, caches of {plan.cache_rows} x {plan.block_size} positions on "
+            f"{plan.device}; this call has {b} of {new_keys}, k_cache "
+            f"{_shape(k_cache)} on {k_cache.device}")
+
+
+def _plan(k_cache, cache_seqlens, block_table, new_keys, b, who):
+    """The checks of the positions, and their device copies; ``who`` names where the
+    batch B comes from in messages."""
+    device = k_cache.device
+    if cache_seqlens is None:
+        raise TypeError("cache_seqlens is required (or a plan)")
+    if block_table is not None:
+        _integer_tensor(block_table, "block_table")
+    if (isinstance(cache_seqlens, numbers.Integral)
+            and not isinstance(cache_seqlens, bool)):
+        # One length for every sequence; beyond ±2^62 it is out of range either way.
+        n = max(-1, min(int(cache_seqlens), 2**62))
+        cache_seqlens = torch.full((b,), n, dtype=torch.int64)
+    _integer_tensor(cache_seqlens, "cache_seqlens")
+    for name, t in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
+        if t is not None and t.device not in (device, torch.device("cpu")):
+            raise ValueError(f"all tensors must be on one device: {name} is on "
+                             f"{t.device}, k_cache on {device} (or on the CPU, as "
+                             "the host's mirror)")
+    shapes = f"k_cache {_shape(k_cache)}"
+    if block_table is None:
+        if k_cache.shape[0] != b:
+            raise ValueError("a contiguous cache is [B, Hkv, max_len, D] with "
+                             f"{who}={b}: {shapes} (a paged cache needs block_table)")
+        block_size = capacity = k_cache.shape[2]
+    else:
+        if block_table.dim() != 2 or block_table.shape[0] != b:
+            raise ValueError(f"block_table must be [B, max_blocks] with {who}={b}, "
+                             f"got {_shape(block_table)}")
+        block_size = k_cache.shape[2]
+        if block_size == 0:
+            raise ValueError(f"pages must hold at least one position: {shapes}")
+        capacity = block_table.shape[1] * block_size
+        if k_cache.shape[0] > INT32_MAX:
+            raise ValueError(f"the pool has {k_cache.shape[0]} pages; the kernels "
+                             f"index at most {INT32_MAX}")
+    if capacity > INT32_MAX - 64:
+        raise ValueError(f"a sequence's capacity of {capacity} positions exceeds the "
+                         f"kernels' 32-bit limit ({INT32_MAX - 64})")
     if cache_seqlens.shape != (b,):
         raise ValueError(f"cache_seqlens must have shape [B] = [{b}], got "
                          f"{_shape(cache_seqlens)}")
 
-    lengths, table = [], None
-    if q.device.type != "meta":
+    lengths, table = [], block_table
+    if cache_seqlens.device.type != "meta":
+        # One read of the lengths: free from a host mirror, a copy back from a GPU.
         lengths = [int(x) for x in cache_seqlens.tolist()]
         for i, n in enumerate(lengths):
             if n < 0:
@@ -180,27 +274,34 @@ def kvcache_args(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
                 what = f" plus {new_keys} new tokens" if new_keys else ""
                 raise ValueError(f"cache_seqlens[{i}] = {n}{what} exceeds the cache's "
                                  f"capacity of {capacity} positions")
-        if block_table is not None:
-            table = _check_pages(block_table, lengths, new_keys, block_size,
-                                 k_cache.shape[0])
-    elif block_table is not None:
-        table = block_table.to(torch.int32)
-    seqlens32 = cache_seqlens.to(torch.int32).contiguous() if q.device.type == "meta" \
-        else torch.tensor(lengths, dtype=torch.int32).to(q.device)
-    scale = softmax_scale(scale, d)
-    q4 = q if q.stride(-1) == 1 or d <= 1 else q.contiguous()
-    if k is not None:
-        k, v = (t if t.stride(-1) == 1 or d <= 1 else t.contiguous() for t in (k, v))
-    return KVCacheArgs(q4, k_cache, v_cache, k, v, seqlens32, table, lengths, new_keys,
-                       capacity, block_size, is_causal, scale, num_splits)
+        if block_table is not None and block_table.device.type != "meta":
+            _check_pages(block_table, lengths, new_keys, block_size, k_cache.shape[0])
+    if block_table is not None:
+        # Entries past a sequence's pages are never read: clamped, they narrow safely.
+        table = _to(block_table.clamp(-1, k_cache.shape[0]).to(torch.int32)
+                    .contiguous(), device)
+    seqlens32 = _to(cache_seqlens.to(torch.int32), device)
+    return KVCachePlan(seqlens32, table, tuple(lengths), new_keys, capacity,
+                       block_size, k_cache.shape[0], device)
+
+
+def _to(t, device):
+    """A copy of t on ``device`` that the caller's tensor cannot change: from the host
+    to a GPU through pinned memory, without waiting (the copy is queued before the
+    kernels that read it)."""
+    if t.device == device:
+        return t.clone()
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
 
 
 def _check_pages(block_table, lengths, new_keys, block_size, num_pages):
-    """The block table as contiguous int32, after checking every entry a kernel will
-    use: those that hold a sequence's keys, old and new. No page may receive new tokens
-    of two sequences (or twice for one): those writes would race. One copy to the host
-    and tensor operations, whatever the number of tokens (a prefill appends thousands
-    per layer)."""
+    """Check every entry of the block table a kernel will use: those that hold a
+    sequence's keys, old and new. No page may receive new tokens of two sequences (or
+    twice for one): those writes would race. One copy to the host (none from a host
+    mirror) and tensor operations, whatever the number of tokens (a prefill appends
+    thousands per layer)."""
     table = block_table.cpu().long()
     n = torch.tensor(lengths, dtype=torch.long)
     used = (n + new_keys + block_size - 1) // block_size
@@ -223,6 +324,3 @@ def _check_pages(block_table, lengths, new_keys, block_size, num_pages):
             raise ValueError(f"page {page} slot {where} would receive two new tokens "
                              f"(sequences {first} and {second}): the pages written in "
                              "one call must not be shared")
-    # Entries past a sequence's pages are never read: clamped, they narrow safely.
-    return table.clamp(-1, num_pages).to(torch.int32).contiguous().to(
-        block_table.device)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..args.decode import plan_kvcache
 from ..ops.attention import attention
 from ..ops.decode import attention_with_kvcache
 from ..ops.kv_cache import kv_cache_append
@@ -77,23 +78,23 @@ def masked_attention(q, k, v, lengths, stride=1, eager=False):
 
 
 class _Cache:
-    """Keys and values of every layer for B sequences, with their lengths (int32 [B]).
-    Contiguous: [B, Hkv, capacity, D] per layer. Paged: one :class:`PagedKVCache` keeps
-    the block table and the free list (shuffled, as a busy server's would be); every
-    layer has its own pools of the same shape and shares that table (the layers hold
-    the same positions)."""
+    """Keys and values of every layer for B sequences, with their lengths (int32 [B])
+    kept on the host: the mirror a server keeps, so that no layer reads them back from
+    the GPU. Contiguous: [B, Hkv, capacity, D] per layer. Paged: one
+    :class:`PagedKVCache` keeps the block table (on the host too) and the free list
+    (shuffled, as a busy server's would be); every layer has its own pools of the same
+    shape and shares that table (the layers hold the same positions)."""
 
     def __init__(self, cfg, batch, capacity, kind, dtype, device, block_size=16,
                  nan=True):
-        self.lengths = torch.zeros(batch, dtype=torch.int32, device=device)
-        self.block_table, self.pages = None, None
+        self.lengths = torch.zeros(batch, dtype=torch.int32)
+        self.pages = None
         if kind == "paged":
             blocks = -(-capacity // block_size)
             self.pages = PagedKVCache(batch * blocks, cfg.kv_heads, cfg.head_dim,
                                       max_seqs=batch, max_blocks_per_seq=blocks,
                                       block_size=block_size, dtype=dtype, device=device,
                                       generator=torch.Generator().manual_seed(0))
-            self.block_table = self.pages.block_table
             shape = self.pages.k_cache.shape
         else:
             shape = (batch, cfg.kv_heads, capacity, cfg.head_dim)
@@ -104,14 +105,18 @@ class _Cache:
                                     else 0.0, dtype=dtype, device=device)
                          for _ in range(2)) for i in range(cfg.layers)]
 
-    def reserve(self, n: int):
-        """Pages for n more positions of every sequence (a contiguous cache has
-        them)."""
-        if self.pages is not None:
-            for seq in range(len(self.pages.lengths)):
-                self.pages.reserve(seq, n)
+    def plan(self, n: int):
+        """Room for n more positions of every sequence, and the checked positions of
+        the call that appends them: one check, and one copy to the device, for every
+        layer of a forward (:func:`attnbook.plan_kvcache`)."""
+        if self.pages is None:
+            return plan_kvcache(self.kv[0][0], self.lengths, new_tokens=n)
+        for seq in range(len(self.pages.lengths)):
+            self.pages.reserve(seq, n)
+        return self.pages.plan(n)
 
     def advance(self, n: torch.Tensor):
+        """Count n [B] (on the host) tokens appended to each sequence."""
         self.lengths += n.to(torch.int32)
         if self.pages is not None:
             for seq, m in enumerate(n.tolist()):
@@ -183,44 +188,45 @@ class Decoder(torch.nn.Module):
     def prefill(self, tokens, lengths, cache: _Cache, attention_impl="attnbook"):
         """The prompts tokens [B, S] (lengths [B]) in one pass: their keys and values
         written into the empty ``cache``, and the logits [B, vocab] of each sequence's
-        last prompt token."""
+        last prompt token. Given on the host, lengths are not read back from the
+        device."""
         b, s = tokens.shape
-        cache.reserve(s)
+        plan = cache.plan(s)   # every layer appends at the same positions
+        host_lengths = lengths.cpu()
+        lengths = lengths.to(tokens.device, non_blocking=True)
         attend_prompt = self._prefill_attention(attention_impl, lengths)
 
         def attend(layer, q, k, v):
             k_cache, v_cache = cache.kv[layer]
             if attention_impl == "attnbook":
-                kv_cache_append(k_cache, v_cache, k, v, cache_seqlens=cache.lengths,
-                                block_table=cache.block_table)
+                kv_cache_append(k_cache, v_cache, k, v, plan=plan)
             else:
                 k_cache[:, :, :s], v_cache[:, :, :s] = k, v
             return attend_prompt(layer, q, k, v)
 
         pos = torch.arange(s, device=tokens.device).expand(b, s)
         logits = self._run(tokens, pos, attend)
-        cache.advance(lengths)
+        cache.advance(host_lengths)
         return logits[torch.arange(b), lengths.long() - 1]
 
     def decode_step(self, tokens, cache: _Cache, attention_impl="attnbook"):
         """One new token per sequence, tokens [B], at position lengths[b]: its key and
         value appended to the cache, its query attending every cached position. Returns
         the logits [B, vocab]."""
-        lengths, table = cache.lengths, cache.block_table
-        cache.reserve(1)
+        plan = cache.plan(1)            # checked once, for every layer
+        lengths = plan.cache_seqlens    # int32 [B], on the device
 
         def attend(layer, q, k, v):
             k_cache, v_cache = cache.kv[layer]
             stride = self.cfg.stride(layer)
             if attention_impl == "attnbook" and stride == 1:
-                return attention_with_kvcache(q, k_cache, v_cache, k, v,
-                                              cache_seqlens=lengths, block_table=table)
-            if table is not None:
+                return attention_with_kvcache(q, k_cache, v_cache, k, v, plan=plan)
+            if plan.block_table is not None:
                 raise NotImplementedError("strided layers and the SDPA baselines "
                                           "decode from a contiguous cache")
-            n = int(lengths.max()) + 1
+            n = max(plan.lengths) + 1
             if attention_impl == "attnbook":   # strided: append, then chapter 5's
-                kv_cache_append(k_cache, v_cache, k, v, cache_seqlens=lengths)
+                kv_cache_append(k_cache, v_cache, k, v, plan=plan)
                 return attention(q, k_cache[:, :, :n], v_cache[:, :, :n],
                                  key_lengths=lengths + 1, stride=stride, impl="tiled",
                                  enable_gqa=True)
@@ -232,7 +238,7 @@ class Decoder(torch.nn.Module):
                                     eager=attention_impl == "eager")
 
         logits = self._run(tokens[:, None], lengths.long()[:, None], attend)
-        cache.advance(torch.ones_like(lengths))
+        cache.advance(torch.ones_like(cache.lengths))
         return logits[:, 0]
 
     @torch.no_grad()
@@ -281,7 +287,8 @@ class Decoder(torch.nn.Module):
         tokens = torch.zeros(len(prompts), total, dtype=torch.long, device=device)
         for b, p in enumerate(prompts):
             tokens[b, :len(p)] = torch.tensor(p)
-        lengths = torch.tensor(lens, dtype=torch.int32, device=device)
+        host_lengths = torch.tensor(lens, dtype=torch.int32)
+        lengths = host_lengths.to(device)
         rows = torch.arange(len(prompts), device=device)
         pick = _picker(temperature, seed, max_new_tokens, self.cfg.vocab, device)
         out = []
@@ -295,7 +302,7 @@ class Decoder(torch.nn.Module):
         kv = _Cache(self.cfg, len(prompts), total, cache, self.embed.weight.dtype,
                     device, block_size, nan=attention_impl == "attnbook")
         clock = _Clock(device, times)
-        logits = self.prefill(tokens[:, :max(lens)], lengths, kv, attention_impl)
+        logits = self.prefill(tokens[:, :max(lens)], host_lengths, kv, attention_impl)
         for step in range(max_new_tokens):
             out.append(pick(step, logits))
             clock.tick()

@@ -97,9 +97,9 @@ def choose_num_splits(batch: int, kv_heads: int, rows: int, max_keys: int,
 
 
 @takes_is_causal
-def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens,
-                           block_table=None, num_splits=None, is_causal=True,
-                           scale=None, return_softmax_lse=False):
+def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None,
+                           block_table=None, plan=None, num_splits=None,
+                           is_causal=True, scale=None, return_softmax_lse=False):
     """Attention for decoding, FlashAttention's ``flash_attn_with_kvcache`` in the
     book's [B, H, S, D] layout.
 
@@ -116,6 +116,10 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     (+ Sq if k, v are given) positions; ``is_causal`` aligns the queries bottom-right to
     that length, so new query i sees keys j ≤ cache_seqlens[b] + i. A sequence with no
     key gives zeros.
+    cache_seqlens and block_table may live on the CPU beside a GPU cache (the host's
+    mirror: nothing is then read back from the GPU to check them). plan: in their
+    place, a :class:`~attnbook.args.decode.KVCachePlan` from
+    :func:`attnbook.plan_kvcache`, checked once for every layer of a step.
     num_splits: None (a heuristic from B·Hkv, the length and the SM count) or 1 … 128.
     dtypes: float32, float16, bfloat16 (fp32 arithmetic); head_dim 32, 64, 96 or 128.
 
@@ -123,7 +127,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     ``return_softmax_lse``). Everything is checked before the cache is touched.
     """
     a = kvcache_args(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens,
-                     block_table=block_table, num_splits=num_splits,
+                     block_table=block_table, plan=plan, num_splits=num_splits,
                      is_causal=is_causal, scale=scale)
     d = q.shape[-1]
     if d not in DECODE_HEAD_DIMS:

@@ -30,19 +30,21 @@ def _(k_cache, v_cache, k, v, cache_seqlens, block_table):
     return None
 
 
-def kv_cache_append(k_cache, v_cache, k, v, *, cache_seqlens, block_table=None):
+def kv_cache_append(k_cache, v_cache, k, v, *, cache_seqlens=None, block_table=None,
+                    plan=None):
     """Write the new keys and values k, v [B, Hkv, Sn, D] into the caches in place, at
     positions cache_seqlens[b] … cache_seqlens[b] + Sn − 1 of each sequence: a
     contiguous cache [B, Hkv, max_len, D], or with ``block_table`` [B, max_blocks] a
     pool of pages [num_blocks, Hkv, block_size, D]. Like
-    :func:`attnbook.attention_with_kvcache`, it does not advance the lengths. Every
-    position and page is checked before anything is written."""
+    :func:`attnbook.attention_with_kvcache`, it does not advance the lengths (and
+    takes a host mirror of them, or a ``plan``, alike). Every position and page is
+    checked before anything is written."""
     if not isinstance(k, torch.Tensor) or k.dim() != 4:
         what = tuple(k.shape) if isinstance(k, torch.Tensor) else type(k).__name__
         raise TypeError(f"k must be a [B, Hkv, Sn, D] tensor, got {what}")
     # The checks of attention_with_kvcache, with k standing in for a query per new
     # token.
     a = kvcache_args(k, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens,
-                     block_table=block_table)
+                     block_table=block_table, plan=plan)
     if a.k.numel():
         kv_cache_append_op(k_cache, v_cache, a.k, a.v, a.cache_seqlens, a.block_table)

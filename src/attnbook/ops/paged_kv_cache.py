@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..args.attention import check_positive_int
+from ..args.decode import KVCachePlan, plan_kvcache
 from .decode import attention_with_kvcache
 
 __all__ = ["PagedKVCache"]
@@ -16,14 +17,18 @@ class PagedKVCache:
     ``k_cache``, ``v_cache``: the pools, [num_blocks, Hkv, block_size, D], filled with
     NaN where nothing was written (a kernel that read such a slot would show it);
     ``block_table``: [max_seqs, max_blocks_per_seq] int32, row b naming sequence b's
-    pages in order; ``lengths``: the tokens each sequence holds. Pages come from a free
+    pages in order, kept on the host (the mirror a server keeps: taking a page writes
+    no GPU memory, and checking the table reads none back); ``lengths``: the tokens each
+    sequence holds. Pages come from a free
     list and return to it when a sequence is freed, so a sequence's pages are neither
     contiguous nor in order once others have come and gone (``generator`` shuffles the
     initial list).
 
     A decoding step: ``reserve`` pages for the new tokens, call
     :func:`attnbook.attention_with_kvcache` with ``cache_seqlens=cache.seqlens()`` and
-    ``block_table=cache.block_table``, then ``advance``; :meth:`attend` does all three.
+    ``block_table=cache.block_table`` (or ``plan=cache.plan(n)``, checked once for
+    every layer that shares the table), then ``advance``; :meth:`attend` does all
+    three.
     """
 
     def __init__(self, num_blocks, num_kv_heads, head_dim, *, max_seqs,
@@ -38,8 +43,7 @@ class PagedKVCache:
                  self.block_size, check_positive_int(head_dim, "head_dim"))
         self.k_cache = torch.full(shape, float("nan"), dtype=dtype, device=device)
         self.v_cache = torch.full(shape, float("nan"), dtype=dtype, device=device)
-        self.block_table = torch.zeros(max_seqs, max_blocks_per_seq, dtype=torch.int32,
-                                       device=device)
+        self.block_table = torch.zeros(max_seqs, max_blocks_per_seq, dtype=torch.int32)
         self.lengths = [0] * max_seqs
         self.pages = [[] for _ in range(max_seqs)]
         order = range(num_blocks) if generator is None else \
@@ -97,8 +101,16 @@ class PagedKVCache:
         self.block_table[seq] = 0
 
     def seqlens(self) -> torch.Tensor:
-        """The lengths as the int32 [max_seqs] ``cache_seqlens`` of the decode call."""
-        return torch.tensor(self.lengths, dtype=torch.int32, device=self.k_cache.device)
+        """The lengths as the int32 [max_seqs] ``cache_seqlens`` of the decode call, on
+        the host."""
+        return torch.tensor(self.lengths, dtype=torch.int32)
+
+    def plan(self, new_tokens: int = 0) -> KVCachePlan:
+        """The checked positions of the next call, which appends ``new_tokens`` per
+        sequence (reserve them first): the lengths and the table copied to the pools'
+        device once, for every layer (:func:`attnbook.plan_kvcache`)."""
+        return plan_kvcache(self.k_cache, self.seqlens(), self.block_table,
+                            new_tokens=new_tokens)
 
     def allocated_positions(self) -> int:
         """Positions reserved in pages (tokens held plus the unused tail of last
@@ -113,8 +125,7 @@ class PagedKVCache:
         for seq in range(self.max_seqs):
             self.reserve(seq, sn)
         out = attention_with_kvcache(q, self.k_cache, self.v_cache, k, v,
-                                     cache_seqlens=self.seqlens(),
-                                     block_table=self.block_table, **kwargs)
+                                     plan=self.plan(sn), **kwargs)
         for seq in range(self.max_seqs):
             self.advance(seq, sn)
         return out

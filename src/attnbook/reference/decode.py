@@ -51,14 +51,15 @@ def gather_kv(cache, length, b, block_table=None):
 
 @takes_is_causal
 def attention_with_kvcache_reference(q, k_cache, v_cache, k=None, v=None, *,
-                                     cache_seqlens, block_table=None, is_causal=True,
-                                     scale=None,
+                                     cache_seqlens=None, block_table=None,
+                                     plan=None, is_causal=True, scale=None,
                                      return_lse=False, return_caches=False):
     """What :func:`attnbook.attention_with_kvcache` computes, in float64, leaving the
     caches untouched: o [B, H, Sq, D] (and the log-sum-exp [B, H, Sq] if ``return_lse``,
     the updated copies of the caches if ``return_caches``). Arguments as there."""
     a = kvcache_args(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens,
-                     block_table=block_table, is_causal=is_causal, scale=scale,
+                     block_table=block_table, plan=plan, is_causal=is_causal,
+                     scale=scale,
                      dtypes=FLOATS)
     table = None if a.block_table is None else a.block_table.cpu()
     if a.k is not None:
