@@ -14,6 +14,7 @@ from attnbook import bench
 
 matplotlib.use("Agg")
 RESULTS = bench.PACKAGE_RESULTS
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_attention_work():
@@ -368,3 +369,118 @@ def test_the_sass_anchors_cite_their_source_and_hold_figures_only():
             assert k["arch"] in SASS_ARCHS and k["hmma"] >= 64
             assert 0 < k["published_fraction_of_fa2"] <= 1.0
             assert k["other_per_hmma"] > 0 and 0 < k["ldsm_per_hmma"] < 1
+
+
+# ---- a reader's GPU: the quick set, its estimate, beside the recorded results --------
+T4_PEAKS = dict(bench.PEAKS)["T4"]
+
+
+def test_each_benchmark_cell_takes_about_a_minute_on_a_t4_by_default():
+    """The estimate (the recorded rows scaled to a T4's peaks by their bounds) of what a
+    benchmark cell times by default: at most a minute; a chapter has a quick set only
+    where its whole suite would take longer."""
+    from attnbook.models import ALL_SUITES
+    for chapter in ALL_SUITES:
+        quick, whole = (bench.estimate_s(chapter, T4_PEAKS, q) for q in (True, False))
+        assert 0 < quick <= 60, (chapter, quick)
+        assert (whole > 60) == (chapter in bench.QUICK), (chapter, whole)
+    assert bench.estimate_s("no such chapter", T4_PEAKS) is None
+
+
+def test_the_estimate_scales_each_row_by_its_bound():
+    """A row bound by memory, on a device with a tenth of the bandwidth, takes ten
+    times as long, for each of its runs (20 timed, 3 warm-ups, 1 for memory)."""
+    row = dict(ms=2.0, times_ms=[2.0] * 20, gbs=480.0)   # a tenth of the H200's
+    h200 = dict(bench.PEAKS)["H200"]
+    slow = dict(h200, bandwidth_gbs=480.0)
+    assert bench.harness._row_seconds(row, h200, slow) == pytest.approx(24 * 2e-3 * 10)
+    row.update(tflops=67.0)                              # now compute bound
+    assert bench.harness._row_seconds(row, h200, slow) == pytest.approx(24 * 2e-3)
+
+
+def _on_a_gpu(monkeypatch, tmp_path, gpu="Tesla T4"):
+    monkeypatch.delenv("ATTNBOOK_RESULTS", raising=False)
+    monkeypatch.delenv("ATTNBOOK_BENCH", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: gpu)
+    monkeypatch.setattr(bench.harness, "device_peaks",
+                        lambda device=None: dict(T4_PEAKS, name=gpu))
+    monkeypatch.setattr(bench.harness, "machine_record", lambda: dict(
+        gpu=gpu, capability="75", torch="2.11.0", cuda="12.8", date="2099-01-01",
+        peaks=T4_PEAKS))
+
+
+def test_a_readers_gpu_times_the_quick_set_and_shows_it_first(tmp_path, monkeypatch,
+                                                              capsys):
+    """On a GPU a benchmark cell prints what it times and for about how long, times the
+    quick set (a case outside it is not timed), saves it in the user's cache and
+    returns it before the recorded results; the whole suite on request."""
+    _on_a_gpu(monkeypatch, tmp_path)
+    case = dict(S=16384, D=128, dtype="float16", causal=False)
+    with bench.harness._quick_set(bench.QUICK["08"]):
+        assert not bench.kept(case) and bench.kept(dict(case, S=1024, model="any"))
+        assert bench.measure("step 3", pytest.fail, case, flops=1, bytes=1,
+                             peaks={}) is None
+
+    def rows():
+        return [dict(S=S, D=128, dtype="float16", causal=False, impl="step 3",
+                     ms=1.0) for S in (1024, 16384)]
+    shown = bench.run_or_load("08", rows)
+    printed = " ".join(capsys.readouterr().out.split())
+    quick, whole = (bench.estimate_s("08", T4_PEAKS, q) for q in (True, False))
+    assert ("Timing a quick set of chapter 08's benchmark on Tesla T4" in printed
+            and f"about {quick:.0f} s" in printed and f"about {whole:.0f} s" in printed
+            and "ATTNBOOK_BENCH=full" in printed and "S in 1024, 2048" in printed
+            and "chapter 08 (quick set): Tesla T4" in printed)
+    assert [r.machine["gpu"] for r in shown][:2] == ["Tesla T4", "NVIDIA H200"]
+    assert [r["S"] for r in shown[0].rows] == [1024] and shown[0].machine["quick"]
+    assert (tmp_path / "attnbook" / "results" / "08" / "Tesla_T4_quick.json").exists()
+    whole_run = bench.run_or_load("08", rows, full=True)
+    assert [r["S"] for r in whole_run[0].rows] == [1024, 16384]
+    assert "Timing the whole of chapter 08" in capsys.readouterr().out
+    monkeypatch.setenv("ATTNBOOK_BENCH", "full")
+    assert len(bench.run_or_load("08", rows)[0].rows) == 2
+    assert (tmp_path / "attnbook" / "results" / "08" / "Tesla_T4.json").exists()
+
+
+BENCH_CELLS = ("run_or_load(", "for result in recorded", "for result in fa2",
+               "HEADLINES")
+
+
+@pytest.mark.parametrize("notebook", sorted(
+    p.name for p in (ROOT / "book").glob("*.ipynb")
+    if any(m in p.read_text() for m in BENCH_CELLS)))
+def test_benchmark_cells_show_a_readers_quick_set_beside_the_recorded(
+        notebook, tmp_path, monkeypatch):
+    """What a reader's T4 leaves in their cache after each chapter's default run (the
+    recorded rows of the quick set stand in for its timings): every benchmark cell
+    shows it, newest first, and the recorded GPU's rows after it."""
+    from attnbook.models import ALL_SUITES
+    monkeypatch.delenv("ATTNBOOK_RESULTS", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for chapter in ALL_SUITES:
+        (recorded,) = bench.load(chapter)
+        with bench.harness._quick_set(bench.QUICK.get(chapter)):
+            rows = [r for r in recorded.rows if bench.kept(r)]
+        machine = dict(recorded.machine, gpu="Tesla T4", date="2099-01-01",
+                       peaks=T4_PEAKS, quick=chapter in bench.QUICK)
+        path = bench.results_file(chapter, "Tesla T4 quick")
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(dict(chapter=chapter, rows=rows, machine=machine)))
+    cells = ["".join(c["source"]) for c in
+             json.loads((ROOT / "book" / notebook).read_text())["cells"]
+             if c["cell_type"] == "code"]
+    import itertools
+
+    from attnbook.figures import decoding
+    shown = []
+    namespace = dict(ab=ab, torch=torch, itertools=itertools, figs=decoding,
+                     display=shown.append, print=lambda *a, **k: shown.extend(a))
+    for cell in cells:
+        if any(m in cell for m in BENCH_CELLS):
+            exec(cell, namespace)
+    matplotlib.pyplot.close("all")
+    text = "\n".join(map(str, shown)) + "".join(
+        getattr(s, "caption", "") for s in shown)
+    assert "Tesla T4" in text and "H200" in text, text[:500]

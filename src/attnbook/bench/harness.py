@@ -5,10 +5,14 @@ baselines side by side, and the recorded results of
 Timings are CUDA-event intervals after warm-up, summarised by their median; the L2 cache
 is flushed before every repeat so that each one reads its inputs from device memory.
 Results are written only here, only on a real GPU, and always with the device and
-versions that produced them. Without a GPU the book plots what was recorded.
+versions that produced them. Without a GPU the book plots what was recorded. On a
+reader's GPU a chapter's cell times a quick set where the whole suite would take more
+than about a minute on a T4, and says how long first.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime
 import json
 import math
@@ -27,7 +31,8 @@ __all__ = ["PEAKS", "device_peaks", "time_cuda", "attention_flops", "attention_b
            "pytorch_attention", "Result", "Table", "markdown_table", "machine_record",
            "measure", "save",
            "load", "load_ncu", "load_counters", "load_sass_anchors", "results_dir",
-           "results_file", "PACKAGE_RESULTS", "run_or_load", "ratio", "bound_ms"]
+           "results_file", "PACKAGE_RESULTS", "run_or_load", "ratio", "bound_ms",
+           "QUICK", "kept", "estimate_s"]
 
 # Datasheet peaks: fp32 on CUDA cores (TFLOP/s), dense fp16 on tensor cores (TFLOP/s),
 # and DRAM bandwidth (GB/s). Matched against torch's device name in this order
@@ -246,7 +251,8 @@ class Result:
 
     def describe(self) -> str:
         m = self.machine
-        return (f"chapter {self.chapter}: {m.get('gpu')} "
+        return (f"chapter {self.chapter}{' (quick set)' if m.get('quick') else ''}: "
+                f"{m.get('gpu')} "
                 f"(sm_{m.get('capability', '?')}), torch "
                 f"{m.get('torch')}, CUDA {m.get('cuda')}, recorded {m.get('date')}")
 
@@ -267,8 +273,11 @@ def measure(impl: str, fn, case: dict, *, flops: float, bytes: float, peaks: dic
     """Time ``fn`` and return a row: the case, the median time, TFLOP/s, GB/s, % of the
     device's peak (compute-bound work against ``peaks[compute]``, memory-bound work,
     ``flops=0``, against bandwidth), and peak memory above what was live. An
-    implementation that raises is recorded as unsupported with its error."""
+    implementation that raises is recorded as unsupported with its error. A case
+    outside the quick set being run (:func:`kept`) is not timed: None."""
     from .memory import peak_memory
+    if not kept(case):
+        return None
     row = dict(case, impl=impl)
     try:
         mem, _ = peak_memory(fn, "cuda")
@@ -326,7 +335,8 @@ def save(result: Result) -> pathlib.Path:
     _require_gpu("saving benchmark results")
     if result.machine.get("gpu") != torch.cuda.get_device_name():
         raise ValueError("a result is saved only by the machine that measured it")
-    path = results_file(result.chapter, result.machine["gpu"])
+    quick = " quick" if result.machine.get("quick") else ""
+    path = results_file(result.chapter, result.machine["gpu"] + quick)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(result), indent=1, sort_keys=True) + "\n")
     return path
@@ -374,15 +384,90 @@ def load_sass_anchors() -> list:
     return _records("sass_anchors")
 
 
-def run_or_load(chapter: str, suite):
-    """On a GPU: run ``suite()`` (a list of rows), save and return it. Without one, or
-    with ``ATTNBOOK_BENCH=recorded`` (a GPU busy with other work times nothing
-    faithfully): the recorded results of the chapter (possibly none). Prints where the
-    numbers come from."""
-    if torch.cuda.is_available() and os.environ.get("ATTNBOOK_BENCH") != "recorded":
-        result = Result(chapter, rows=suite(), machine=machine_record())
+# The quick set of the chapters whose whole benchmark takes longer than about a minute
+# on Colab's T4: the cases their cells show, fewer sizes of each (test_bench checks
+# the estimate). A case is kept when each of these keys it has takes one of the listed
+# values. The other chapters' suites run whole.
+QUICK = {
+    "07": dict(S=(512, 1024, 2048)),
+    "08": dict(dtype=("float16",), D=(128,), S=(1024, 2048), causal=(False,)),
+    "08fa2": dict(dtype=("float16",), S=(1024, 4096), causal=(False,)),
+    "10": dict(model=("strided Decoder",), stride=(2, 8)),   # generation: minutes
+}
+_QUICK_SET = contextvars.ContextVar("quick_set", default=None)
+
+
+def kept(case: dict) -> bool:
+    """Whether the suite being run times ``case``: always, unless a quick set is being
+    run (:data:`QUICK`) and one of the case's values is not in it (a key the case
+    lacks does not restrict it)."""
+    quick = _QUICK_SET.get()
+    return quick is None or all(case[k] in values for k, values in quick.items()
+                                if k in case)
+
+
+@contextlib.contextmanager
+def _quick_set(values):
+    token = _QUICK_SET.set(values)
+    try:
+        yield
+    finally:
+        _QUICK_SET.reset(token)
+
+
+def _row_seconds(row: dict, recorded_peaks: dict, peaks: dict) -> float:
+    """A recorded row's time on a device of ``peaks``: every run of it (the timed ones,
+    the warm-ups and the peak-memory run; chapter 10's two generations of
+    :func:`~attnbook.models.benchmarks.ttft_tbt`) at the recorded time, scaled by the
+    ratio of the row's bounds on the two devices (its work at each one's peaks; a row
+    without counted work, by the largest ratio of the peaks)."""
+    if row.get("ms") is None:
+        return 0.0
+    if "ttft_ms" in row:
+        ms = 6 * (row["ttft_ms"] + row["ms"])
+    else:
+        ms = (len(row.get("times_ms") or ()) + 4) * row["ms"]
+    if row.get("gbs"):
+        scale = bound_ms(row, peaks) / bound_ms(row, recorded_peaks)
+    else:
+        scale = max(recorded_peaks[k] / peaks[k] for k in
+                    ("fp32_tflops", "fp16_tflops", "bandwidth_gbs") if peaks.get(k))
+    return ms * scale / 1e3
+
+
+def estimate_s(chapter: str, peaks: dict, quick: bool = True) -> float | None:
+    """About how many seconds a chapter's suite (its quick set, or all of it) takes on
+    a device of ``peaks``: the rows of the newest result of a whole suite, each scaled
+    to that device by :func:`_row_seconds` (builds and the inputs' setup not counted).
+    None without such a result."""
+    recorded = [r for r in load(chapter) if not r.machine.get("quick")]
+    if not recorded:
+        return None
+    result = recorded[0]
+    with _quick_set(QUICK.get(chapter) if quick else None):
+        return sum(_row_seconds(r, result.machine["peaks"], peaks)
+                   for r in result.rows if kept(r))
+
+
+def run_or_load(chapter: str, suite, *, full: bool | None = None):
+    """On a GPU: run ``suite()`` (a list of rows), save it and return it first, then
+    the results recorded on other GPUs. Its quick set (:data:`QUICK`, about a minute
+    on a T4) unless ``full`` (default: ``ATTNBOOK_BENCH=full``); the estimated time of
+    both is printed first. Without a GPU, or with ``ATTNBOOK_BENCH=recorded`` (a GPU
+    busy with other work times nothing faithfully): the recorded results of the
+    chapter (possibly none). Prints where the numbers come from."""
+    mode = os.environ.get("ATTNBOOK_BENCH")
+    if torch.cuda.is_available() and mode != "recorded":
+        full = mode == "full" if full is None else full
+        quick = None if full else QUICK.get(chapter)
+        gpu = torch.cuda.get_device_name()
+        print(wrap(_plan_line(chapter, gpu, quick, device_peaks())))
+        with _quick_set(quick):
+            rows = [r for r in suite() if r is not None and kept(r)]
+        result = Result(chapter, rows=rows,
+                        machine=dict(machine_record(), quick=quick is not None))
         print(wrap(f"measured now and saved to {save(result)}: {result.describe()}"))
-        return [result]
+        return [result] + [r for r in load(chapter) if r.machine.get("gpu") != gpu]
     recorded = load(chapter)
     if not recorded:
         print(wrap(f"No GPU here, and no results are recorded yet for chapter "
@@ -391,6 +476,21 @@ def run_or_load(chapter: str, suite):
     for r in recorded:
         print(wrap(f"recorded results: {r.describe()}"))
     return recorded
+
+
+def _plan_line(chapter, gpu, quick, peaks) -> str:
+    """What a benchmark cell is about to time, and for about how long."""
+    quick_s, full_s = (estimate_s(chapter, peaks, q) for q in (True, False))
+    about = "" if full_s is None else \
+        f", about {quick_s if quick else full_s:.0f} s by the recorded times scaled " \
+        "to this GPU's peaks (builds not counted)"
+    if quick is None:
+        return f"Timing the whole of chapter {chapter}'s benchmark on {gpu}{about}."
+    cases = "; ".join(f"{k} in {', '.join(map(str, v))}" for k, v in quick.items())
+    whole = "" if full_s is None else f", about {full_s:.0f} s"
+    return (f"Timing a quick set of chapter {chapter}'s benchmark on {gpu} ({cases})"
+            f"{about}. The whole suite: run_or_load(..., full=True) or "
+            f"ATTNBOOK_BENCH=full{whole}.")
 
 
 def ratio(result: Result, impl: str, baseline: str, **where) -> float:
@@ -410,6 +510,6 @@ def bound_ms(row: dict, peaks: dict) -> float:
     fp32 = row.get("dtype", "float32") == "float32"
     compute = "fp32_tflops" if fp32 else "fp16_tflops"
     share = row["gbs"] / peaks["bandwidth_gbs"]
-    if row.get("tflops"):
+    if row.get("tflops") and peaks.get(compute):   # a measured fp16 peak may be None
         share = max(share, row["tflops"] / peaks[compute])
     return row["ms"] * share

@@ -378,9 +378,10 @@ SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05,
 
 
 def main(chapters, suites):
-    """Run and record ``chapters`` of ``suites`` (all of them if none is named)."""
+    """Run and record the whole of ``chapters`` of ``suites`` (all of them if none is
+    named)."""
     for chapter in chapters or suites:
         if chapter not in suites:
             raise SystemExit(f"no benchmark for chapter {chapter!r}; "
                              f"there are {sorted(suites)}")
-        bench.run_or_load(chapter, suites[chapter])
+        bench.run_or_load(chapter, suites[chapter], full=True)

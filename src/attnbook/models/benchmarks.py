@@ -80,6 +80,8 @@ def _strided_rows(S=4096, batch=1):
     rows = []
     tokens = torch.randint(0, 96, (batch, S), device="cuda")
     for stride in (1, 2, 4, 8):
+        if not bench.kept(dict(model="strided Decoder", stride=stride)):
+            continue
         cfg = DecoderConfig(dim=512, heads=8, kv_heads=8, layers=4, max_len=S,
                             strides=(stride,) * 4)
         model = Decoder(cfg).to("cuda").eval()
@@ -96,9 +98,14 @@ def _strided_rows(S=4096, batch=1):
 
 
 def chapter10():
+    """Every row of the chapter's benchmark, or those of the quick set being run
+    (:func:`attnbook.bench.harness.kept`)."""
     rows = []
     for batch in (1, 8):
-        rows += _hf_rows(batch) + _decoder_rows(batch)
+        if bench.kept(dict(model="HF GPT-2", B=batch)):
+            rows += _hf_rows(batch)
+        if bench.kept(dict(model="Decoder", B=batch)):
+            rows += _decoder_rows(batch)
         torch.cuda.empty_cache()
     return rows + _strided_rows()
 
