@@ -138,6 +138,24 @@ def test_a_tensor_core_kernel_that_issues_more_fails_its_budget():
     assert cards.over_budget(worse, budget, static=False) == []   # SASS is static
 
 
+@NEEDS_NVCC
+def test_an_fp32_kernel_whose_loop_issues_more_fails_its_ffma_floor():
+    """Chapter 7's FFMA reading is held from below: twice the other instructions in
+    step 3's densest loop on sm_90 is named with its number; a tensor-core card has no
+    FFMA loop, and chapter 4's GEMM keeps the reference figure of 3.5."""
+    card = cards.card("flash fp32 step 3")
+    worse = copy.deepcopy(card)
+    (kernel,) = worse.kernels
+    mix = kernel.fma["sm_90"]
+    kernel.fma["sm_90"] = type(mix)(mix.hmma, 2 * mix.other, mix.opcodes)
+    found = cards.over_budget(worse, BUDGETS["flash fp32 step 3"])
+    assert [f.rsplit(", budget", 1)[0] for f in found] == [
+        "flash fp32 step 3: flash_fwd_fp32_occupancy_kernel<64> ffma_per_other "
+        f"{mix.count('FFMA') / (2 * mix.other):g}"]
+    assert cards.card("flash tc step 6").kernels[0].fma == {}
+    assert BUDGETS["gemm step 4"]["kernels"][0]["ffma_per_other"] >= 3.5
+
+
 @pytest.mark.parametrize("name", ["decode", "decode paged"])
 def test_decode_keeps_chapter_9s_design(name):
     """Chapter 9's decode, contiguous and paged: 16-byte loads of the cache (full

@@ -5,7 +5,8 @@ import pytest
 
 import attnbook as ab
 from attnbook.toolchain import find_nvcc
-from attnbook.toolchain.sass import LoopMix, find_nvdisasm, hot_loops, sass_report
+from attnbook.toolchain.sass import (LoopMix, find_nvdisasm, fma_loops, fma_report,
+                                    hot_loops, sass_report)
 
 # Two kernels. k1: an outer loop (.L_x_0) around an inner one (.L_x_1) that holds all
 # 64 HMMA; the inner loop is the hot one (2 others per HMMA), the outer has more. A
@@ -49,6 +50,17 @@ def test_the_hot_loop_is_the_one_with_fewest_others_per_hmma():
     assert set(hot_loops(SASS, min_hmma=8)) == {"k1", "k2"}
 
 
+def test_an_fp32_kernels_loop_is_read_by_its_ffma():
+    """The same reading with FFMA as the work: k1's inner loop, its 64 FFMA (written as
+    HMMA above, renamed here) against the LDSM, FMNMX, BAR and BRA beside them."""
+    text = SASS.replace("HMMA.16816.F32", "FFMA").replace("LDSM.16.M88.4", "LDS.128")
+    assert hot_loops(text) == {}
+    mix = fma_loops(text)["k1"]
+    assert (mix.hmma, mix.other) == (64, 10) and mix.ffma_per_other == 6.4
+    assert mix.lds_per_ffma == 4 / 64 and set(fma_loops(text, min_ffma=8)) == {"k1",
+                                                                              "k2"}
+
+
 def test_a_mix_round_trips_as_the_cache_keeps_it():
     mix = hot_loops(SASS)["k1"]
     import dataclasses
@@ -64,3 +76,11 @@ def test_a_real_build_names_its_tensor_core_kernels():
     assert len(report) == 2 * (2 * 5 + 3 + 2)   # steps 1-5 at two tiles, the sweep, 6
     assert all(mix.hmma >= 64 for mix in report.values())
     assert sass_report(ab.kernel_source("vector_add.cu"), "sm_80") == {}
+
+
+@pytest.mark.skipif(find_nvcc() is None or find_nvdisasm() is None,
+                    reason="needs nvcc and nvdisasm")
+def test_a_real_build_names_its_fp32_kernels_ffma_loops():
+    report = fma_report(ab.kernel_source("flash_fp32.cu"), "sm_90")
+    assert any("flash_fwd_fp32_occupancy_kernel<64>" in name for name in report)
+    assert all(mix.count("FFMA") == mix.hmma >= 64 for mix in report.values())

@@ -14,6 +14,10 @@ A card puts together, for one call of an op at one shape:
   there. The H200 showed what this column predicts and the memory side did not
   (``bench/results/counters``): a kernel that issues 13 instructions per mma runs at
   a third of FlashAttention-2, which issues under 4;
+* for the fp32 kernels of chapters 4 and 7 the same reading with FFMA as the work: the
+  loop that issues the most FFMAs per other instruction (at least 64 of them), its
+  FFMAs per other instruction, shared loads per FFMA and spills there. A static count
+  of the densest loop: the most FFMA share the kernel can reach, not its average;
 * a **lower bound** on the call's time on a T4, an A100 and an H100:
   max(FLOPs / peak, bytes / bandwidth), once with the least traffic the operation needs
   and once with the global bytes the kernels request. A bound, never a measurement:
@@ -44,17 +48,21 @@ from ..ops.kv_cache import kv_cache_append
 from ..ops.softmax import softmax
 from ..toolchain import occupancy, profile, ptxas_report, wrap
 from ..toolchain.compile import kernel_source
-from ..toolchain.sass import find_nvdisasm, sass_report
+from ..toolchain.sass import find_nvdisasm, fma_report, sass_report
 from .harness import PEAKS, attention_bytes, attention_flops
 
 __all__ = ["Spec", "Card", "design_card", "SPECS", "card", "ARCHS", "DEVICES",
            "measures", "over_budget", "budgets", "budget_toml", "BUDGETS",
-           "lower_bound_us", "summary", "compact", "hot_loops", "SASS_ARCHS"]
+           "lower_bound_us", "summary", "compact", "hot_loops", "fma_loops",
+           "SASS_ARCHS", "FMA_CHAPTERS"]
 
 ARCHS = ("sm_75", "sm_80", "sm_90")
 # The architectures whose tensor-core SASS the card reads: sm_75 splits each m16n8k16
 # into two m16n8k8, so its counts per HMMA are not comparable.
 SASS_ARCHS = ("sm_80", "sm_90")
+# The chapters whose fp32 kernels get the FFMA reading of their SASS: chapter 4's GEMM
+# (its register-blocked loop, the reference) and chapter 7's fused kernels.
+FMA_CHAPTERS = ("4", "7")
 # The devices the bounds are for, with the harness's datasheet peaks (A100: 40 GB;
 # H100: SXM5).
 DEVICES = {name: dict(PEAKS)[name] for name in ("T4", "A100", "H100")}
@@ -89,6 +97,7 @@ class KernelCard:
     static: dict       # arch -> ptxas's numbers, occupancy and what bounds it
     memory: dict       # "global load" ... -> requests, bytes, per-request figures
     sass: dict = dataclasses.field(default_factory=dict)   # arch -> its hot LoopMix
+    fma: dict = dataclasses.field(default_factory=dict)    # arch -> its FFMA LoopMix
 
     @property
     def short_name(self) -> str:
@@ -154,6 +163,11 @@ class Card:
                            f"{mix.barriers_per_256_hmma:.1f} BAR/256 HMMA, MUFU "
                            f"{mix.count('MUFU')}, FMNMX {mix.count('FMNMX')}, "
                            f"WARPSYNC {mix.count('WARPSYNC')}, local {mix.local}")
+            for arch, mix in k.fma.items():
+                out.append(f"    {arch} FFMA loop: {mix.hmma} FFMA, "
+                           f"{mix.ffma_per_other:.2f} FFMA/other, "
+                           f"{mix.lds_per_ffma:.3f} LDS/FFMA, BAR "
+                           f"{mix.count('BAR')}, local {mix.local}")
         out.append("  lower bound (least bytes / counted bytes): " + ", ".join(
             f"{d} {a:.2f} / {b:.2f} µs" for d, (a, b) in self.bounds_us.items()))
         return wrap("\n".join(out))
@@ -200,7 +214,8 @@ def _memory(launch) -> dict:
 def design_card(spec: Spec) -> Card:
     """The card of ``spec``: its run under the emulator's profile and ptxas for every
     architecture of :data:`ARCHS` (nvcc needed, no GPU); for a tensor-core kernel, its
-    SASS for :data:`SASS_ARCHS` where nvdisasm is installed."""
+    SASS for :data:`SASS_ARCHS` where nvdisasm is installed (for the fp32 kernels of
+    :data:`FMA_CHAPTERS`, its FFMA loop)."""
     args = spec.prepare()
     with profile() as report:
         spec.run(*args)
@@ -208,6 +223,9 @@ def design_card(spec: Spec) -> Card:
     static = {arch: ptxas_report(text, arch) for arch in ARCHS}
     loops = ({arch: sass_report(text, arch) for arch in SASS_ARCHS}
              if spec.tensor_cores and find_nvdisasm() else {})
+    fmas = ({arch: fma_report(text, arch) for arch in SASS_ARCHS}
+            if spec.chapter in FMA_CHAPTERS and not spec.tensor_cores
+            and find_nvdisasm() else {})
     kernels = []
     names = spec.kernels or ("",) * len(report.launches)
     if len(names) != len(report.launches):
@@ -224,8 +242,9 @@ def design_card(spec: Spec) -> Card:
             per_arch[arch] = dict(st, occupancy=occ["occupancy"], blocks=occ["blocks"],
                                   bound_by=occ["bound_by"])
         sass = {arch: loops[arch][name] for arch in loops if name in loops[arch]}
+        fma = {arch: fmas[arch][name] for arch in fmas if name in fmas[arch]}
         kernels.append(KernelCard(name, launch.grid, launch.block, launch.shared_bytes,
-                                  per_arch, _memory(launch), sass))
+                                  per_arch, _memory(launch), sass, fma))
     card = Card(spec, kernels, {})
     card.bounds_us = {device: tuple(lower_bound_us(spec.flops, nbytes, device,
                                                    spec.tensor_cores)
@@ -304,20 +323,37 @@ def compact(cards, arch: str = "sm_80") -> str:
     return "\n".join(rows)
 
 
+def _loop_table(cards, arch, field, header, row) -> str:
+    """A row per kernel of ``cards`` with a loop in ``field`` (``sass`` or ``fma``) for
+    ``arch``: its card's name, then ``row(mix)`` under ``header``."""
+    named = [(c.spec.name, getattr(k, field)[arch]) for c in cards for k in c.kernels
+             if arch in getattr(k, field)]
+    width = max([24] + [len(name) + 1 for name, _ in named])
+    return "\n".join([f"{arch:{width}s}{header}"]
+                     + [f"{name:{width}s}{row(m)}" for name, m in named])
+
+
 def hot_loops(cards, arch: str = "sm_90") -> str:
     """A narrow text table of the tensor-core kernels of ``cards``: their hot loop in
     ``arch``'s SASS, a row per kernel (HMMA there, other instructions, ldmatrix and
     barriers per HMMA, MUFU, FMNMX and WARPSYNC counts, local-memory accesses)."""
-    named = [(c.spec.name, k.sass[arch]) for c in cards for k in c.kernels
-             if arch in k.sass]
-    width = max([24] + [len(name) + 1 for name, _ in named])
-    rows = [f"{arch:{width}s}{'HMMA':>5}{'other/HMMA':>11}{'LDSM/HMMA':>10}"
-            f"{'BAR/256':>8}{'MUFU':>5}{'FMNMX':>6}{'WARPSYNC':>9}{'local':>6}"]
-    rows += [f"{name:{width}s}{m.hmma:5d}{m.other_per_hmma:11.2f}"
-             f"{m.ldsm_per_hmma:10.2f}{m.barriers_per_256_hmma:8.1f}"
-             f"{m.count('MUFU'):5d}{m.count('FMNMX'):6d}{m.count('WARPSYNC'):9d}"
-             f"{m.local:6d}" for name, m in named]
-    return "\n".join(rows)
+    return _loop_table(
+        cards, arch, "sass", f"{'HMMA':>5}{'other/HMMA':>11}{'LDSM/HMMA':>10}"
+        f"{'BAR/256':>8}{'MUFU':>5}{'FMNMX':>6}{'WARPSYNC':>9}{'local':>6}",
+        lambda m: f"{m.hmma:5d}{m.other_per_hmma:11.2f}{m.ldsm_per_hmma:10.2f}"
+                  f"{m.barriers_per_256_hmma:8.1f}{m.count('MUFU'):5d}"
+                  f"{m.count('FMNMX'):6d}{m.count('WARPSYNC'):9d}{m.local:6d}")
+
+
+def fma_loops(cards, arch: str = "sm_90") -> str:
+    """A narrow text table of the fp32 kernels of ``cards`` with an FFMA loop in
+    ``arch``'s SASS: its FFMAs, FFMAs per other instruction, shared loads per FFMA,
+    barriers and local-memory accesses."""
+    return _loop_table(
+        cards, arch, "fma", f"{'FFMA':>5}{'FFMA/other':>11}{'LDS/FFMA':>9}{'BAR':>4}"
+        f"{'local':>6}",
+        lambda m: f"{m.hmma:5d}{m.ffma_per_other:11.2f}{m.lds_per_ffma:9.3f}"
+                  f"{m.count('BAR'):4d}{m.local:6d}")
 
 
 # ---- the package's kernels, each at a shape the emulator runs in seconds ------------
@@ -493,7 +529,8 @@ def card(name: str) -> Card:
 # ---- budgets: what each card may not exceed (bench/budgets.toml) -------------------
 BUDGETS = pathlib.Path(__file__).resolve().parent / "budgets.toml"
 SASS_MEASURES = ("other_per_hmma", "ldsm_per_hmma", "barriers_per_256_hmma",
-                 "hot_loop_local")
+                 "hot_loop_local", "ffma_per_other")
+FLOORS = ("occupancy", "ffma_per_other")   # figures a budget bounds from below
 STATIC = ("registers", "spill_bytes", "stack_bytes", "occupancy", *SASS_MEASURES)
 
 
@@ -504,7 +541,8 @@ def measures(card: Card) -> dict:
     :data:`ARCHS`, the least occupancy, global sectors per load and store request, and
     shared wavefronts over the conflict-free count; for a kernel with a tensor-core hot
     loop, the most over :data:`SASS_ARCHS` of its other instructions, ldmatrix and
-    barriers per HMMA and its local-memory accesses there."""
+    barriers per HMMA and its local-memory accesses there; for one with an FFMA loop,
+    the least FFMAs per other instruction there."""
     def per_kernel(k):
         st = k.static.values()
         loops = k.sass.values()
@@ -513,6 +551,8 @@ def measures(card: Card) -> dict:
                     barriers_per_256_hmma=max(m.barriers_per_256_hmma
                                               for m in loops),
                     hot_loop_local=max(m.local for m in loops)) if loops else {}
+        if k.fma:
+            sass["ffma_per_other"] = min(m.ffma_per_other for m in k.fma.values())
         return dict(
             registers=max(s["registers"] for s in st),
             spill_bytes=max(s["spill_stores"] + s["spill_loads"] for s in st),
@@ -529,9 +569,10 @@ def measures(card: Card) -> dict:
 
 
 def over_budget(card: Card, budget: dict, static: bool = True) -> list[str]:
-    """Each figure of ``card`` beyond ``budget`` (occupancy and FMAs per shared load:
-    below it), as a sentence naming the card, the kernel and both numbers; the ptxas
-    and SASS figures only if ``static`` (the SASS only where nvdisasm is)."""
+    """Each figure of ``card`` beyond ``budget`` (occupancy, FMAs per shared load and
+    FFMAs per other instruction: below it), as a sentence naming the card, the kernel
+    and both numbers; the ptxas and SASS figures only if ``static`` (the SASS only
+    where nvdisasm is)."""
     have, out = measures(card), []
     name = card.spec.name
     if have["traffic"] > budget["traffic"] + 1e-9:
@@ -549,7 +590,7 @@ def over_budget(card: Card, budget: dict, static: bool = True) -> list[str]:
         for key, limit in want.items():
             if key in STATIC and not static or key not in got:
                 continue
-            worse = got[key] < limit - 1e-9 if key == "occupancy" else \
+            worse = got[key] < limit - 1e-9 if key in FLOORS else \
                 got[key] > limit + 1e-9
             if worse:
                 out.append(f"{name}: {kernel.short_name} {key} "
@@ -578,7 +619,7 @@ def budget_toml(cards) -> str:
         for kernel, k in zip(c.kernels, m["kernels"]):
             lines += [f'[["{c.spec.name}".kernels]]   # {kernel.short_name}']
             lines += [f"{key} = " + str(v if isinstance(v, int) else (
-                math.floor if key == "occupancy" else math.ceil)(v * 1000) / 1000)
+                math.floor if key in FLOORS else math.ceil)(v * 1000) / 1000)
                 for key, v in k.items()]
             lines.append("")
     return "\n".join(lines)

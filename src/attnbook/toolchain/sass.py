@@ -1,14 +1,15 @@
-"""What a tensor-core kernel issues in its hottest loop, read from the machine code
-(SASS) of an nvcc build without a GPU: the instruction mix that decided the book's
-kernels' speed on the H200, where the bytes they move did not.
+"""What a kernel issues in its hottest loop, read from the machine code (SASS) of an
+nvcc build without a GPU: the instruction mix that decided the book's kernels' speed on
+the H200, where the bytes they move did not.
 
 For each kernel of a cubin (disassembled by nvdisasm), every loop is the range from a
-backward branch's target to the branch. Of the loops with at least ``min_hmma``
-tensor-core instructions, the hot loop is the one with the fewest other instructions
-per HMMA: a kernel that runs its unmasked tiles in a loop of their own is measured on
-that loop, the path that matters. Counted there: HMMA, the other instructions (NOP
-left out), LDSM, BAR, MUFU, FMNMX, WARPSYNC and local-memory accesses (LDL/STL: spills
-in the loop).
+backward branch's target to the branch. A tensor-core kernel's work is its HMMA; of the
+loops with at least ``min_hmma`` of them, the hot loop is the one with the fewest other
+instructions per HMMA: a kernel that runs its unmasked tiles in a loop of their own is
+measured on that loop, the path that matters. Counted there: HMMA, the other
+instructions (NOP left out), LDSM, BAR, MUFU, FMNMX, WARPSYNC and local-memory accesses
+(LDL/STL: spills in the loop). An fp32 kernel's work is its FFMA (:func:`fma_loops`):
+the same reading, FFMAs per other instruction.
 """
 from __future__ import annotations
 
@@ -24,14 +25,18 @@ import tempfile
 
 from .ptxas import cached_report, demangle, nvcc_compile
 
-__all__ = ["LoopMix", "find_nvdisasm", "hot_loops", "sass_report"]
+__all__ = ["LoopMix", "find_nvdisasm", "hot_loops", "fma_loops", "sass_report",
+           "fma_report"]
 
 _TENSOR = ("HMMA", "HGMMA")
+_FMA = ("FFMA",)
 
 
 @dataclasses.dataclass(frozen=True)
 class LoopMix:
-    """The instructions of one kernel's hot loop, by opcode (without modifiers)."""
+    """The instructions of one kernel's hot loop, by opcode (without modifiers):
+    ``hmma`` tensor-core instructions (of an fp32 kernel's loop, :func:`fma_loops`:
+    FFMAs) and ``other`` instructions besides them."""
     hmma: int
     other: int
     opcodes: dict
@@ -54,6 +59,15 @@ class LoopMix:
     @property
     def local(self) -> int:
         return self.count("LDL") + self.count("STL")
+
+    @property
+    def ffma_per_other(self) -> float:
+        """Of an fp32 loop: FFMAs per other instruction (the work per overhead)."""
+        return self.count("FFMA") / max(self.other, 1)
+
+    @property
+    def lds_per_ffma(self) -> float:
+        return self.count("LDS") / max(self.count("FFMA"), 1)
 
 
 def find_nvdisasm() -> str | None:
@@ -86,6 +100,16 @@ def _opcode(text: str) -> str:
 def hot_loops(sass: str, min_hmma: int = 64) -> dict:
     """{kernel symbol: LoopMix} for nvdisasm's text of a cubin; kernels without a
     loop of ``min_hmma`` tensor-core instructions are left out."""
+    return _loops(sass, _TENSOR, min_hmma)
+
+
+def fma_loops(sass: str, min_ffma: int = 64) -> dict:
+    """{kernel symbol: LoopMix} of the loops with at least ``min_ffma`` FFMAs, each
+    kernel's with the fewest other instructions per FFMA (``hmma`` counts the FFMAs)."""
+    return _loops(sass, _FMA, min_ffma)
+
+
+def _loops(sass: str, work: tuple, min_work: int) -> dict:
     functions: dict = {}
     name = None
     for line in sass.splitlines():
@@ -113,8 +137,8 @@ def hot_loops(sass: str, min_hmma: int = 64) -> dict:
                 continue
             ops = collections.Counter(_opcode(t) for a, t in code
                                       if target <= a <= address)
-            hmma = sum(ops[o] for o in _TENSOR)
-            if hmma < min_hmma:
+            hmma = sum(ops[o] for o in work)
+            if hmma < min_work:
                 continue
             other = sum(ops.values()) - hmma - ops["NOP"]
             if best is None or other * best.hmma < best.other * hmma:
@@ -124,7 +148,7 @@ def hot_loops(sass: str, min_hmma: int = 64) -> dict:
     return loops
 
 
-def _sass(nvcc: str, cuda: str, arch: str) -> dict:
+def _sass(nvcc: str, cuda: str, arch: str, loops=hot_loops) -> dict:
     nvdisasm = find_nvdisasm()
     if nvdisasm is None:
         raise RuntimeError("the SASS card needs nvdisasm: pip install "
@@ -135,7 +159,11 @@ def _sass(nvcc: str, cuda: str, arch: str) -> dict:
         text = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True,
                               check=True).stdout
     return {demangle(name): dataclasses.asdict(mix)
-            for name, mix in hot_loops(text).items()}
+            for name, mix in loops(text).items()}
+
+
+def _fma_sass(nvcc: str, cuda: str, arch: str) -> dict:
+    return _sass(nvcc, cuda, arch, fma_loops)
 
 
 def sass_report(cuda: str, arch: str = "sm_80") -> dict:
@@ -143,4 +171,11 @@ def sass_report(cuda: str, arch: str = "sm_80") -> dict:
     compiled by nvcc for ``arch`` (no GPU needed; nvdisasm reads the cubin), cached
     as ptxas reports are."""
     report = cached_report("sass_reports", cuda, arch, _sass)
+    return {name: LoopMix(**mix) for name, mix in report.items()}
+
+
+def fma_report(cuda: str, arch: str = "sm_80") -> dict:
+    """{kernel: LoopMix} of the FFMA hot loop of every fp32 kernel in ``cuda`` (as
+    :func:`sass_report` for tensor cores)."""
+    report = cached_report("fma_reports", cuda, arch, _fma_sass)
     return {name: LoopMix(**mix) for name, mix in report.items()}
