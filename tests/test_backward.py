@@ -2,6 +2,7 @@
 (and gradcheck), and the CUDA kernels on each device (GPU or emulator) against the same,
 under every thread order, with every mask."""
 import itertools
+from unittest import mock
 
 import pytest
 import torch
@@ -111,6 +112,20 @@ def test_bit_for_bit_reproducible_in_any_thread_order(step, device):
             runs.append(kernel_grads(q, k, v, do, dict(is_causal=True), step))
     for run in runs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(run, runs[0]))
+
+
+@pytest.mark.parametrize("d,step", [(32, 1), (64, 1), (128, 2)])
+def test_attention_runs_the_fastest_backward_step(d, step):
+    """ab.attention's float32 backward: step 1 up to d = 64 (measured faster there on
+    the H200), step 2 above; flash_attention_fp32(step=s) for s = 1, 2 keeps its own."""
+    from attnbook.ops import backward
+    q, k, v = leaves((1, 2, 2, 9, 9, d), "cpu", seed=3)
+    with mock.patch.object(backward, "flash_backward",
+                           wraps=backward.flash_backward) as op:
+        ab.attention(q, k, v, is_causal=True).sum().backward()
+        for s in (1, 2):
+            ab.flash_attention_fp32(q, k, v, step=s).sum().backward()
+    assert [c.args[-1] for c in op.call_args_list] == [step, 1, 2]
 
 
 def test_attention_backward_and_strided_layouts(device):

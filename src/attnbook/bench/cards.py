@@ -14,8 +14,8 @@ A card puts together, for one call of an op at one shape:
   there. The H200 showed what this column predicts and the memory side did not
   (``bench/results/counters``): a kernel that issues 13 instructions per mma runs at
   a third of FlashAttention-2, which issues under 4;
-* for the fp32 kernels of chapters 4 and 7 the same reading with FFMA as the work: the
-  loop that issues the most FFMAs per other instruction (at least 64 of them), its
+* for the fp32 kernels of chapters 4, 7 and 11 the same reading with FFMA as the work:
+  the loop that issues the most FFMAs per other instruction (at least 64 of them), its
   FFMAs per other instruction, shared loads per FFMA and spills there. A static count
   of the densest loop: the most FFMA share the kernel can reach, not its average;
 * a **lower bound** on the call's time on a T4, an A100 and an H100:
@@ -61,8 +61,9 @@ ARCHS = ("sm_75", "sm_80", "sm_90")
 # into two m16n8k8, so its counts per HMMA are not comparable.
 SASS_ARCHS = ("sm_80", "sm_90")
 # The chapters whose fp32 kernels get the FFMA reading of their SASS: chapter 4's GEMM
-# (its register-blocked loop, the reference) and chapter 7's fused kernels.
-FMA_CHAPTERS = ("4", "7")
+# (its register-blocked loop, the reference), chapter 7's fused forward and chapter
+# 11's backward.
+FMA_CHAPTERS = ("4", "7", "11")
 # The devices the bounds are for, with the harness's datasheet peaks (A100: 40 GB;
 # H100: SXM5).
 DEVICES = {name: dict(PEAKS)[name] for name in ("T4", "A100", "H100")}

@@ -1,7 +1,8 @@
 """The backward pass of the fused fp32 kernel (``kernels/flash_bwd_fp32.cu``, two steps)
 as the registered op ``torch.ops.attnbook.flash_backward``, and the autograd formula
 that makes ``torch.ops.attnbook.flash_forward`` (and so ``ab.attention`` in float32)
-differentiable in q, k and v: forward step s, backward step min(s, 2)."""
+differentiable in q, k and v: forward steps 1 and 2 by the backward step of their
+number, step 3 (``ab.attention``'s) by :func:`fastest_backward_step`."""
 from __future__ import annotations
 
 from typing import Optional
@@ -11,9 +12,17 @@ import torch
 from .flash import aligned_rows, flash_forward
 from .registry import extension
 
-__all__ = ["flash_backward", "FLASH_BWD_FP32_STEPS"]
+__all__ = ["flash_backward", "FLASH_BWD_FP32_STEPS", "fastest_backward_step"]
 
 FLASH_BWD_FP32_STEPS = {1: "a thread per row or key", 2: "eight lanes per row or key"}
+
+
+def fastest_backward_step(head_dim: int) -> int:
+    """The backward step ``ab.attention`` runs in float32: step 1 up to d = 64, where
+    the H200 measured it 1.1-1.7 times faster than step 2 from S = 1024 (chapter 11's
+    benchmark; step 2's loops issue 5-7 other instructions per FFMA); step 2 above,
+    where nothing is measured yet and step 1 spills inside its loops."""
+    return 1 if head_dim <= 64 else 2
 
 
 @torch.library.custom_op("attnbook::flash_backward", mutates_args=())
@@ -45,8 +54,9 @@ def _setup_context(ctx, inputs, output):
     q, k, v, bias, key_lengths, mask_options, scale, step, *_ = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, bias, key_lengths)
-    # forward step 3 is step 2 sized for occupancy: its backward is step 2's
-    ctx.options = (mask_options, scale, min(step, 2))
+    # step 3, ab.attention's forward, takes the fastest backward
+    ctx.options = (mask_options, scale,
+                   step if step < 3 else fastest_backward_step(q.shape[-1]))
 
 
 def _backward(ctx, do, dlse):

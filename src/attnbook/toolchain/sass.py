@@ -162,8 +162,6 @@ def _sass(nvcc: str, cuda: str, arch: str, loops=hot_loops) -> dict:
             for name, mix in loops(text).items()}
 
 
-def _fma_sass(nvcc: str, cuda: str, arch: str) -> dict:
-    return _sass(nvcc, cuda, arch, fma_loops)
 
 
 def sass_report(cuda: str, arch: str = "sm_80") -> dict:
@@ -174,8 +172,10 @@ def sass_report(cuda: str, arch: str = "sm_80") -> dict:
     return {name: LoopMix(**mix) for name, mix in report.items()}
 
 
-def fma_report(cuda: str, arch: str = "sm_80") -> dict:
-    """{kernel: LoopMix} of the FFMA hot loop of every fp32 kernel in ``cuda`` (as
-    :func:`sass_report` for tensor cores)."""
-    report = cached_report("fma_reports", cuda, arch, _fma_sass)
+def fma_report(cuda: str, arch: str = "sm_80", min_ffma: int = 64) -> dict:
+    """{kernel: LoopMix} of the FFMA hot loop (of at least ``min_ffma`` FFMAs) of every
+    fp32 kernel in ``cuda``, as :func:`sass_report` for tensor cores."""
+    def make(nvcc, cuda, arch):
+        return _sass(nvcc, cuda, arch, lambda text: fma_loops(text, min_ffma))
+    report = cached_report(f"fma_reports_{min_ffma}", cuda, arch, make)
     return {name: LoopMix(**mix) for name, mix in report.items()}
