@@ -395,3 +395,25 @@ def test_hf_refuses_dropout(device):
         ab.models.hf_attention(torch.nn.Module(),
                                *(torch.randn(1, 1, 2, 32).to(device),) * 3, None,
                                dropout=0.1)
+
+
+def test_a_gpt2_prefill_with_the_books_attention_waits_for_nothing_per_layer():
+    """The profile chapter 10's time to first token is read with: per layer, the book's
+    attention calls no more operators than SDPA's path, one registered op in place of
+    SDPA, and nothing that waits for the device (an item(), a copy back, a
+    synchronisation)."""
+    from attnbook.models import profiling
+    model = profiling._gpt2("cpu")
+    ids = torch.randint(0, model.config.vocab_size, (2, 40))
+    ours, sdpa = (profiling.host_profile(model, ids, impl)
+                  for impl in ("attnbook", "sdpa"))
+    assert ours["waits"] == sdpa["waits"] == 0
+    assert ours["ops"]["attnbook::flash_forward"][0] == 1.0
+    assert "aten::scaled_dot_product_attention" not in ours["ops"]
+
+    def aten_calls(profile):
+        return sum(n for name, (n, _) in profile["ops"].items()
+                   if name.startswith("aten::"))
+    assert aten_calls(ours) <= aten_calls(sdpa)
+    table = profiling.compare(model, ids)
+    assert "waits for the device" in table and "attnbook::flash_forward" in table

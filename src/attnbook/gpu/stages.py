@@ -106,6 +106,11 @@ STAGES = (
           env=(("ATTNBOOK_TEST_DEVICES", "cuda"),)),   # collect the cuda half only
     _bench("a", ("02", "03", "04", "05", "08fa2"), 90),
     _bench("b", ("07", "08", "09", "10", "11", "11tc"), 330),
+    Stage("host", "the host's side of GPT-2 small's prefill (B 1 and 8, S 1024) with "
+          "the book's attention beside SDPA's: operators and waits per layer "
+          "(attnbook.models.profiling)", 60,
+          tuple((PY, "-m", "attnbook.models.profiling", "--device", "cuda", "--batch",
+                 b) for b in ("1", "8"))),
     _notebooks("a", "chapters 1-6 and the appendices", NOTEBOOKS_A, 180),
     _notebooks("b", "chapters 7-11", NOTEBOOKS_B, 400),
     Stage("sanitize", "compute-sanitizer " + ", ".join(SANITIZERS) + " on every "

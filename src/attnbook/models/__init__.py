@@ -2,7 +2,8 @@
 with ``ab.attention`` or with PyTorch's SDPA (chapter 11); a decoder that generates
 with prefill and decode kernels, trained on Shakespeare and shipped (``pretrained``),
 its benchmark, and the book's attention as a Hugging Face transformers implementation,
-with a loader and the Shakespeare model as a GPT-2 checkpoint (chapter 10)."""
+with a loader, the Shakespeare model as a GPT-2 checkpoint and a profile of the host's
+side of a prefill (``profiling``, chapter 10)."""
 from . import pretrained
 from .benchmarks import ALL_SUITES, chapter10
 from .decoder import ATTENTIONS, Decoder, DecoderConfig, masked_attention
