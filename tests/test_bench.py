@@ -471,12 +471,15 @@ def test_benchmark_cells_show_a_readers_quick_set_beside_the_recorded(
     cells = ["".join(c["source"]) for c in
              json.loads((ROOT / "book" / notebook).read_text())["cells"]
              if c["cell_type"] == "code"]
+    import importlib
     import itertools
-
-    from attnbook.figures import decoding
+    import re
+    figs = re.search(r"from attnbook.figures import (\w+) as figs", "\n".join(cells))
     shown = []
-    namespace = dict(ab=ab, torch=torch, itertools=itertools, figs=decoding,
-                     display=shown.append, print=lambda *a, **k: shown.extend(a))
+    namespace = dict(ab=ab, torch=torch, itertools=itertools,
+                     display=shown.append, print=lambda *a, **k: shown.extend(a),
+                     figs=figs and importlib.import_module(
+                         f"attnbook.figures.{figs.group(1)}"))
     for cell in cells:
         if any(m in cell for m in BENCH_CELLS):
             exec(cell, namespace)
@@ -484,3 +487,20 @@ def test_benchmark_cells_show_a_readers_quick_set_beside_the_recorded(
     text = "\n".join(map(str, shown)) + "".join(
         getattr(s, "caption", "") for s in shown)
     assert "Tesla T4" in text and "H200" in text, text[:500]
+
+
+def test_the_generation_figure_marks_each_bar_with_its_time_over_sdpas():
+    from attnbook.figures import generation
+    (recorded,) = bench.load("10")
+    fig = generation.plot_ttft_tbt(recorded)
+    ttft, tbt = fig.axes[:2]
+    rows = [r for r in recorded.rows if r.get("ttft_ms")]
+    assert len(ttft.patches) == len(tbt.patches) == len(rows) == 14
+    labels = [t.get_text() for t in ttft.texts]
+    assert labels.count("1.00×") >= 4 and "2.39×" in labels   # HF GPT-2, B = 1
+    assert [t.get_text() for t in fig.legends[0].texts] == [
+        "the book's kernels", "SDPA", "eager", "the book's kernels, paged cache"]
+    strided = bench.Result("10", [r for r in recorded.rows if "ttft_ms" not in r],
+                           recorded.machine)
+    assert generation.plot_ttft_tbt(strided) is None   # a quick set's rows
+    matplotlib.pyplot.close("all")

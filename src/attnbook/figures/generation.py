@@ -1,10 +1,12 @@
-"""Chapter 10's figures: the two phases of generation on a timeline, and what the KV
-cache costs per token."""
+"""Chapter 10's figures: the two phases of generation on a timeline, what the KV cache
+costs per token, and the recorded time to first token and between tokens of each
+implementation."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-__all__ = ["MODELS", "kv_bytes_per_token", "plot_kv_per_token", "plot_timeline"]
+__all__ = ["MODELS", "kv_bytes_per_token", "plot_kv_per_token", "plot_timeline",
+           "plot_ttft_tbt"]
 
 # (layers, kv heads, head_dim) from the models' published configurations.
 MODELS = {
@@ -58,3 +60,50 @@ def plot_timeline(prefill_ms: float, decode_ms: list, ax=None, label=""):
     ax.set_xlim(0, t * 1.02)
     ax.set_xlabel("time (ms)" + (f" — {label}" if label else ""))
     return ax
+
+
+# Each implementation's colour and its name in the legend: the book's kernels in blues,
+# PyTorch's in warm tones.
+_STYLES = {"attnbook": ("tab:blue", "the book's kernels"),
+           "attnbook contiguous": ("tab:blue", "the book's kernels"),
+           "attnbook paged": ("lightskyblue", "the book's kernels, paged cache"),
+           "sdpa": ("tab:orange", "SDPA"), "sdpa contiguous": ("tab:orange", "SDPA"),
+           "eager": ("tab:gray", "eager"), "eager contiguous": ("tab:gray", "eager")}
+
+
+def plot_ttft_tbt(result, models=("HF GPT-2", "Decoder")):
+    """Time to first token (log scale) and time between tokens (two panels) of every
+    implementation of chapter 10's benchmark ``result``, a group of bars per model and
+    batch, each bar marked with its time over SDPA's in its group. None when the
+    result holds no generation rows (a quick set)."""
+    rows = [r for r in result.rows if r.get("model") in models and r.get("ttft_ms")]
+    if not rows:
+        return None
+    groups = sorted({(r["model"], r["B"]) for r in rows},
+                    key=lambda g: (models.index(g[0]), g[1]))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    legend = {}
+    for ax, metric, title in zip(axes, ("ttft_ms", "tbt_ms"),
+                                 ("time to first token", "time between tokens")):
+        for x, group in enumerate(groups):
+            mine = [r for r in rows if (r["model"], r["B"]) == group]
+            base = next(r[metric] for r in mine if r["impl"].startswith("sdpa"))
+            width = 0.8 / len(mine)
+            for i, r in enumerate(mine):
+                colour, name = _STYLES.get(r["impl"], ("tab:green", r["impl"]))
+                bar = ax.bar(x + (i - (len(mine) - 1) / 2) * width, r[metric], width,
+                             color=colour)[0]
+                legend.setdefault(name, bar)
+                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(),
+                        f"{r[metric] / base:.2f}×", ha="center", va="bottom",
+                        fontsize=7)
+        ax.set_xticks(range(len(groups)),
+                      [f"{model}\nB = {b}" for model, b in groups], fontsize=9)
+        ax.set_ylabel(f"{title} (ms)")
+    axes[0].set_yscale("log")
+    fig.legend(legend.values(), legend.keys(), loc="center left",
+               bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    fig.suptitle(f"{result.machine.get('gpu', '')}: each bar marked with its time over "
+                 "SDPA's", fontsize=10)
+    fig.tight_layout()
+    return fig
