@@ -23,6 +23,7 @@ import hashlib
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -130,6 +131,16 @@ def _relay(stream, write, out):
         out.flush()
 
 
+def _relay_in_thread(*args):
+    """:func:`_relay` in a helper thread that takes no Ctrl-C: the kernel hands a
+    process's SIGINT to any thread not blocking it, and one handed to a helper blocked
+    in a read wakes nothing, so the main thread, which stops the program, must be the
+    only one to take it."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    _relay(*args)
+
+
 def run(source, args=(), **options) -> int:
     """Build the program ``source`` (its path, or its files' paths; see :func:`build`
     for ``options``) and run it with ``args``; its stdout and stderr are written to
@@ -140,8 +151,9 @@ def run(source, args=(), **options) -> int:
     with subprocess.Popen([str(exe), *map(str, args)], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True,
                           errors="replace") as child:
-        errors = threading.Thread(target=_relay, args=(child.stderr, lambda line: (
-            sys.stderr.write(sanitizer.resolve(line, str(exe))[0])), sys.stderr))
+        errors = threading.Thread(target=_relay_in_thread, args=(
+            child.stderr, lambda line: (
+                sys.stderr.write(sanitizer.resolve(line, str(exe))[0])), sys.stderr))
         errors.start()
         try:
             _relay(child.stdout, sys.stdout.write, sys.stdout)
