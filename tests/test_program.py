@@ -140,9 +140,12 @@ def test_a_program_s_output_shows_as_it_prints(tmp_path):
         "  std::this_thread::sleep_for(std::chrono::seconds(120));\n}\n")
     from attnbook.toolchain import program
     program.build(tmp_path / "slow.cu")   # built first: the wait below is the run's
+    # as from a terminal: a job started in the background by a shell (as CI may be)
+    # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
     child = subprocess.Popen([sys.executable, "-m", "attnbook.toolchain.program", "run",
                               str(tmp_path / "slow.cu")], stdout=subprocess.PIPE,
-                             text=True)
+                             text=True, preexec_fn=lambda: signal.signal(
+                                 signal.SIGINT, signal.SIG_DFL))
     try:
         ready, _, _ = select.select([child.stdout], [], [], 60)
         assert ready and child.stdout.readline() == "results match\n"

@@ -148,20 +148,24 @@ def run(source, args=(), **options) -> int:
     program stopped early has shown what it printed), each kernel address named by its
     ``file:line``. Returns its exit status."""
     exe = build(source, **options)
-    with subprocess.Popen([str(exe), *map(str, args)], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True,
-                          errors="replace") as child:
-        errors = threading.Thread(target=_relay_in_thread, args=(
-            child.stderr, lambda line: (
-                sys.stderr.write(sanitizer.resolve(line, str(exe))[0])), sys.stderr))
-        errors.start()
-        try:
-            _relay(child.stdout, sys.stdout.write, sys.stdout)
-            errors.join()
-            return child.wait()
-        except BaseException:   # Ctrl-C: the program stops too
-            child.kill()
-            raise
+    child = subprocess.Popen([str(exe), *map(str, args)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, errors="replace")
+    # a daemon: an interrupted run neither closes the pipe under its read nor waits for
+    # it at exit
+    errors = threading.Thread(target=_relay_in_thread, daemon=True, args=(
+        child.stderr, lambda line: (
+            sys.stderr.write(sanitizer.resolve(line, str(exe))[0])), sys.stderr))
+    errors.start()
+    try:
+        _relay(child.stdout, sys.stdout.write, sys.stdout)
+        errors.join()
+        child.stdout.close()
+        child.stderr.close()
+        return child.wait()
+    except BaseException:   # Ctrl-C: the program stops too
+        child.kill()
+        child.wait()
+        raise
 
 
 def main(argv=None) -> int:
