@@ -280,17 +280,17 @@ def _plan(k_cache, cache_seqlens, block_table, new_keys, b, who):
         # Entries past a sequence's pages are never read: clamped, they narrow safely.
         table = _to(block_table.clamp(-1, k_cache.shape[0]).to(torch.int32)
                     .contiguous(), device)
-    seqlens32 = _to(cache_seqlens.to(torch.int32), device)
+    seqlens32 = _to(cache_seqlens.to(torch.int32, copy=True), device)
     return KVCachePlan(seqlens32, table, tuple(lengths), new_keys, capacity,
                        block_size, k_cache.shape[0], device)
 
 
 def _to(t, device):
-    """A copy of t on ``device`` that the caller's tensor cannot change: from the host
+    """``t`` (a copy the caller's tensors cannot change) on ``device``: from the host
     to a GPU through pinned memory, without waiting (the copy is queued before the
     kernels that read it)."""
     if t.device == device:
-        return t.clone()
+        return t
     if device.type == "cuda" and t.device.type == "cpu":
         return t.pin_memory().to(device, non_blocking=True)
     return t.to(device)

@@ -47,8 +47,7 @@ def host_profile(model, ids, impl: str) -> dict:
     for event in prof.events():
         calls[event.name] += 1
         micros[event.name] += event.self_cpu_time_total
-    top = [e for e in prof.events() if e.name.startswith("ProfilerStep")
-           or e.cpu_parent is None]
+    top = [e for e in prof.events() if e.cpu_parent is None]
     return dict(
         ops={name: (n / layers, micros[name] / layers) for name, n in calls.items()},
         waits=sum(n for name, n in calls.items() if name.startswith(WAITS)) / layers,
