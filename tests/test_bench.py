@@ -308,7 +308,7 @@ def test_recorded_results_ship_in_the_wheel(tmp_path):
                    "attnbook/kernels/flash_fp32.cu",
                    "attnbook/kernels/mask.cuh",
                    "attnbook/toolchain/include/attnbook_torch.h",
-                   "attnbook/emulator/include/cassert"):
+                   "cuda_emulator/include/cassert"):
         assert needed in names, needed
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q",

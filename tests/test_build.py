@@ -2,6 +2,7 @@
 reporting, and the nvcc compile check of every kernel the package and the notebooks
 compile, for the three architectures the book targets."""
 import ast
+import contextlib
 import io
 import json
 import logging
@@ -14,9 +15,9 @@ import pytest
 import torch
 
 import attnbook as ab
-from attnbook.emulator import emulate
-from attnbook.toolchain import progress
-from attnbook.toolchain.compile import report_build
+from cuda_emulator import emulate
+from cuda_emulator import progress
+from cuda_emulator.build import report_build
 from attnbook.toolchain import KERNEL_DIR, find_nvcc
 
 HERE = pathlib.Path(__file__).parent / "cuda"
@@ -133,7 +134,7 @@ def test_bad_arguments():
 def test_an_emulator_build_leaves_a_log_record_and_no_output(capsys, caplog):
     """Builds for the emulator take seconds and would leave a line in every notebook
     cell that compiles: they log it. A GPU build, a minute the first time, prints it."""
-    with caplog.at_level(logging.INFO, logger="attnbook"):
+    with caplog.at_level(logging.INFO, logger="cuda_emulator"):
         ab.compile("selftest", (HERE / "selftest.cu").read_text(),
                    (HERE / "selftest_wrapper.cpp").read_text(), ["run"],
                    backend="emulator")
@@ -533,7 +534,11 @@ def test_an_emulator_build_reads_the_precompiled_torch_header(checked, tmp_path,
              "void launch(float* x) { k<<<1, 4>>>(x); }\n"
     wrapper = "void launch(float* x);\n" \
               "void run(at::Tensor x) { launch(x.data_ptr<float>()); }\n"
-    module = ab.compile("pch_probe", kernel, wrapper, ["run"], checked=checked)
+    module = ab.compile("pch_probe", kernel, wrapper, ["run"])
+    x = torch.zeros(4)
+    with ab.sanitize() if checked else contextlib.nullcontext():
+        module.run(x)   # inside sanitize(), the checked twin is built on first use
+    assert torch.equal(x, torch.ones(4))
     (build,) = tmp_path.glob(f"pch_probe_{'checked' if checked else 'emulator'}_*")
     ninja = (build / "build.ninja").read_text()
     flags = re.search(r"^cflags = (.*)$", ninja, re.M)[1].split()
@@ -545,10 +550,6 @@ def test_an_emulator_build_reads_the_precompiled_torch_header(checked, tmp_path,
     used = [ln for ln in done.stderr.splitlines() if ln.startswith("! ")]
     assert len(used) == 1 and used[0].endswith("/attnbook_torch.h.gch"), \
         done.stderr[:2000]
-    if not checked:
-        x = torch.zeros(4)
-        module.run(x)
-        assert torch.equal(x, torch.ones(4))
 
 
 def test_cuda_sources_name_only_files_that_exist(monkeypatch, tmp_path):
@@ -638,7 +639,7 @@ def test_a_second_build_in_one_process_is_the_same_build():
     changed its command line (torch then builds name_v1) and, in another process,
     relinked the library in place under the processes that had it loaded (addr2line
     found it empty, and memcheck named lines by offset)."""
-    from attnbook.emulator.cache import LINK_FLAGS
+    from cuda_emulator.cache import LINK_FLAGS
     flags = tuple(LINK_FLAGS)
     kernel = "__global__ void k(float* x) { x[0] = 3.f; }\n" \
              "void launch(float* x) { k<<<1, 1>>>(x); }\n"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import attnbook as ab
-from attnbook.emulator import emulate
+from cuda_emulator import emulate
 
 HERE = pathlib.Path(__file__).parent / "cuda"
 
@@ -395,7 +395,7 @@ def test_a_binding_s_classes_run_checked_inside_sanitize(scaler):
         with pytest.raises(ab.MemcheckError, match=past_end):
             inside.run(x, 5)
         with pytest.warns(UserWarning, match="Scaler.run: the object was made outside "
-                                             "attnbook.sanitize"):
+                                             "sanitize"):
             torch.testing.assert_close(made_outside.run(x), 2 * x)
         torch.testing.assert_close(scaler.helpers.twice(x), 2 * x)
         assert scaler.Scaler.block() == 256
@@ -492,6 +492,6 @@ def test_extension_names_must_be_ascii_identifiers(name):
 def test_host_assembler_errors_are_extracted():
     log = ("ninja: build stopped\n/tmp/ccQ1.s: Assembler messages:\n"
            "/tmp/ccQ1.s:812: Error: no such instruction: `ldmatrix.sync.aligned'\n")
-    short = importlib.import_module("attnbook.toolchain.compile").short_error(log)
+    short = importlib.import_module("cuda_emulator.build").short_error(log)
     assert short.endswith("Error: no such instruction: `ldmatrix.sync.aligned'")
     assert "ninja" not in short                         # the error line alone

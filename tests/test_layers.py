@@ -1,7 +1,9 @@
 """The package's layers point one way, as docs/developing.md's layout table says:
-every import between subpackages goes down (lazy imports inside functions included),
-no two modules import each other, no module reaches into another's private names, and
-``import attnbook`` leaves the plots and the models for their first use."""
+the emulator (``cuda_emulator``) imports nothing of the book's and is built through one
+path, every import between attnbook's subpackages goes down (lazy imports inside
+functions included), no two modules import each other, no module reaches into
+another's private names, and ``import attnbook`` leaves the plots and the models for
+their first use."""
 import ast
 import pathlib
 import re
@@ -10,9 +12,10 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attnbook"
-# Each layer may import those of lower rank only: the emulator at the bottom (it
-# imports nothing of attnbook's), the developer tools for a GPU at the top.
-RANK = {"emulator": 0, "toolchain": 1, "args": 2, "reference": 3, "ops": 4, "bench": 5,
+EMULATOR = ROOT / "src" / "cuda_emulator"
+# Each layer may import those of lower rank only (all of them may import the emulator,
+# below them all); the developer tools for a GPU at the top.
+RANK = {"toolchain": 1, "args": 2, "reference": 3, "ops": 4, "bench": 5,
         "figures": 6, "exercises": 6, "models": 7, "gpu": 8}
 
 
@@ -114,3 +117,49 @@ def test_import_attnbook_leaves_plots_and_models_for_later():
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def _calls(folders) -> dict[str, set[str]]:
+    """{the name a call calls (``f`` of ``f(…)`` or ``x.f(…)``): {files}} in the
+    Python files of ``folders``."""
+    found = {}
+    for folder in folders:
+        for path in folder.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call):
+                    f = node.func
+                    name = f.attr if isinstance(f, ast.Attribute) else \
+                        getattr(f, "id", "")
+                    found.setdefault(name, set()).add(
+                        path.relative_to(ROOT / "src").as_posix())
+    return found
+
+
+def test_the_emulator_imports_nothing_of_the_book():
+    found = []
+    for path in EMULATOR.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and \
+                not node.level else []
+            found += [f"{path.name}: {n}" for n in names
+                      if n.split(".")[0] == "attnbook"]
+    assert not found, found
+
+
+def test_one_translation_one_cache_key_one_twin():
+    """CUDA text becomes the emulator's C++ in ``Build.units`` alone (nothing of
+    attnbook's calls the translator), every build's folder is named by
+    ``cache.cache_key``, and the checked twin is one class."""
+    calls = _calls([EMULATOR, PACKAGE])
+    assert calls["to_cpp"] == {"cuda_emulator/build.py"}, calls["to_cpp"]
+    assert calls["inline_headers"] == {"cuda_emulator/build.py",
+                                       "cuda_emulator/emulate.py"}   # recursive
+    builds = _calls([EMULATOR, PACKAGE / "toolchain"])
+    assert builds["sha256"] == {"cuda_emulator/cache.py"}, builds["sha256"]
+    twins = [f"{path.name}: {node.name}"
+             for folder in (EMULATOR, PACKAGE) for path in folder.rglob("*.py")
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.ClassDef) and "Twin" in node.name]
+    assert twins == ["build.py: Twin"], twins
+

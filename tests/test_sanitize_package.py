@@ -11,7 +11,7 @@ import torch
 import attnbook as ab
 from attnbook.gpu.launches import LAUNCHES, main
 from attnbook.ops.registry import EXTENSIONS, Extension
-from attnbook.emulator import ORDERS
+from cuda_emulator import ORDERS
 
 
 @pytest.mark.parametrize("name", list(LAUNCHES))

@@ -11,7 +11,7 @@ import pytest
 
 from attnbook.figures.show import declarations, show_kernel
 from attnbook.toolchain.compile import KERNEL_DIR
-from attnbook.emulator.emulate import blank_out
+from cuda_emulator.emulate import blank_out
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))   # in the book's order

@@ -5,8 +5,9 @@ One import gives a chapter everything it uses::
     import attnbook as ab
 
 The subpackages name the layers, each using only those listed before it:
-``toolchain`` (kernel text to a Python callable) with ``emulator`` (the CPU emulator it
-builds with; one layer in two subpackages), ``kernels`` (the CUDA sources), ``args``
+``toolchain`` (kernel text to a Python callable; without a GPU it builds with the CPU
+emulator, the package :mod:`cuda_emulator` beside this one, re-exported as
+``attnbook.emulator``), ``kernels`` (the CUDA sources), ``args``
 (the input checks), ``reference`` (exact PyTorch), ``ops`` (the registered torch ops),
 ``bench``, ``figures``, ``exercises``, ``models`` (small models on the kernels, Hugging
 Face integration); ``gpu`` holds developer tools. The plots (matplotlib) and the
@@ -14,7 +15,9 @@ models (transformers) are imported on first use.
 """
 import importlib
 
-from . import args, bench, emulator, exercises, ops, reference, toolchain
+import cuda_emulator as emulator
+
+from . import args, bench, exercises, ops, reference, toolchain
 from .args.decode import KVCachePlan, plan_kvcache
 from .bench import peak_memory
 from .figures import show_kernel, show_source

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import attnbook as ab
-from attnbook import emulator
+import cuda_emulator as emulator
 
 HERE = pathlib.Path(__file__).parents[1] / "cuda"
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 1), ("shuffle", 2)]

@@ -9,16 +9,16 @@ import sysconfig
 import pytest
 
 import attnbook as ab
-from attnbook.emulator.emulate import blank_out
-from attnbook.emulator.cache import cpp_extension
-from attnbook.toolchain.compile import CHECKED_FLAGS, CPU_FLAGS
+from cuda_emulator.emulate import blank_out
+from cuda_emulator.cache import cpp_extension
+from cuda_emulator.build import CHECKED_FLAGS, CPU_FLAGS
 
 FOLDER = ab.emulator.INCLUDE_DIR
 HEADERS = sorted(p.relative_to(FOLDER).as_posix() for p in FOLDER.rglob("*")
                  if p.is_file())
 # As the standard headers they stand in for, these redefine assert at each inclusion.
 UNGUARDED = {"assert.h", "cassert"}
-# emu_program.h ends the text of a program (python -m attnbook.toolchain.program),
+# emu_program.h ends the text of a program (python -m cuda_emulator.program),
 # which is built with these.
 CONTEXT = {"emu_program.h": ["-DATTNBOOK_PROGRAM", "-DATTNBOOK_PROGRAM_CHECKS=3"]}
 

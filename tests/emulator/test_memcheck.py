@@ -172,7 +172,7 @@ def test_a_failed_addr2line_is_retried_then_named_by_offset(monkeypatch):
     lookup tries again, and where it never answers, names the access by offset."""
     import subprocess
 
-    from attnbook.emulator import sanitizer
+    from cuda_emulator import sanitizer
     real, calls = subprocess.run, []
 
     def flaky(args, **kw):

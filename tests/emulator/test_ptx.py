@@ -8,8 +8,8 @@ import torch
 
 import attnbook as ab
 from attnbook.reference import fragments as ptx
-from attnbook.emulator import ptx as ptx_transform
-from attnbook.toolchain.compile import FMA_FLAGS, fmad_off
+from cuda_emulator import ptx as ptx_transform
+from cuda_emulator.build import FMA_FLAGS, fmad_off
 from fragment_cases import check_ldmatrix, gather_c, mma_case, pack_bytes
 
 HERE = pathlib.Path(__file__).parents[1] / "cuda"

@@ -7,7 +7,7 @@ of three whole kernels (a shared-memory tree reduction and a warp-shuffle reduct
 4096 blocks of 256 threads, and the package's fp32 flash forward at B=1, H=4, S=256,
 D=64), with one worker and with one worker per core; and what a call of a reader's
 module adds by default, its tensors copied between guard pages
-(:mod:`attnbook.emulator.guard`), per thread of the barrier-free kernel, whose one
+(:mod:`cuda_emulator.guard`), per thread of the barrier-free kernel, whose one
 float per thread is copied in and out. Each figure is the best and the
 median of ``repeats`` runs (7 by default), wall-clock: on a machine shared with other
 work, compare the best ones.
@@ -21,8 +21,8 @@ import sys
 import time
 
 import torch
+from cuda_emulator import guard, workers
 
-from ..emulator import guard, workers
 from ..ops import attention
 from ..toolchain.compile import compile as compile_kernels
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
+from cuda_emulator.emulate import blank_out
+
 from ..toolchain.compile import kernel_source
-from ..emulator.emulate import blank_out
 
 __all__ = ["show_kernel", "show_source", "declarations"]
 

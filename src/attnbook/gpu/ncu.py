@@ -80,7 +80,7 @@ def parse_raw_csv(text: str) -> list[dict]:
 
 
 def _emulator_counts(name: str) -> list[dict]:
-    from ..emulator import profile
+    from cuda_emulator import profile
     with profile() as report:
         LAUNCHES[name]("cpu")
     out = []

@@ -3,7 +3,6 @@ kernel, from an nvcc compile that needs no GPU."""
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import pathlib
@@ -12,8 +11,9 @@ import shutil
 import subprocess
 import tempfile
 
-from .compile import (KERNEL_DIR, CompileError, build_directory, cpp_extension,
-                      kernel_file_name, short_error)
+from cuda_emulator.build import CompileError, short_error
+from cuda_emulator.cache import build_directory, cache_key, cpp_extension
+from .compile import KERNEL_DIR, kernel_file_name
 
 __all__ = ["ptxas_report", "find_nvcc", "cached_report", "nvcc_compile",
            "demangle"]
@@ -49,10 +49,8 @@ def cached_report(kind: str, cuda: str, arch: str, make) -> dict:
     if nvcc is None:
         raise RuntimeError(f"{kind} need nvcc (the CUDA toolkit), which this machine "
                            "lacks")
-    key = hashlib.sha256("\0".join(
-        [cuda, arch, _version(nvcc), *(p.read_text() for p in sorted(
-            KERNEL_DIR.iterdir()) if p.suffix in (".cu", ".cuh", ".h"))]
-    ).encode()).hexdigest()[:16]
+    key = cache_key(cuda, arch, _version(nvcc), *(p.read_text() for p in sorted(
+        KERNEL_DIR.iterdir()) if p.suffix in (".cu", ".cuh", ".h")))
     cached = build_directory(kind) / f"{key}.json"
     if cached.is_file():
         return json.loads(cached.read_text())

@@ -192,7 +192,7 @@ inline std::string fault_message(Runtime& r) {
                   (unsigned long long)(f.pc - uintptr_t(info.dli_fbase)));
     msg += buf;
   }
-  if (memory) msg += "; inside attnbook.sanitize() memcheck names the first bad access";
+  if (memory) msg += "; inside sanitize() memcheck names the first bad access";
   return msg;
 }
 

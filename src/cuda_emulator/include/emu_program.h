@@ -1,5 +1,5 @@
 // Included after the text of a CUDA program with its own main(), built for the emulator
-// (python -m attnbook.toolchain.program). An error the emulator raises in a launch (a
+// (python -m cuda_emulator.program). An error the emulator raises in a launch (a
 // thread's fault, a failed assert, memcheck's report) ends the program as an uncaught
 // exception would, with exit status 1, but with its message alone on stderr. Built
 // checked (ATTNBOOK_PROGRAM_CHECKS: memcheck 1, racecheck 2, initcheck 8), the checks

@@ -53,9 +53,9 @@ Python threads may call kernels at once, of one extension or of several. An
 extension's launches take turns (each uses every worker; as on one CUDA stream); each
 call gets its own results and its own errors.
 
-Inside :func:`attnbook.sanitize` (memcheck, racecheck) and :func:`attnbook.profile`,
-launches run a checked build of the same text instead (see
-:mod:`attnbook.emulator.sanitizer`). Like compute-sanitizer, these cover the process:
+Inside :func:`cuda_emulator.sanitize` (memcheck, racecheck) and
+:func:`cuda_emulator.profile`, launches run a checked build of the same text instead
+(see :mod:`cuda_emulator.sanitizer`). Like compute-sanitizer, these cover the process:
 inside the block, every Python thread's launches are checked or counted, one call at a
 time.
 """
@@ -226,7 +226,7 @@ def _method(cls, fn, path, twin, guard_memory):
     def method(*args, **kwargs):
         if sanitizer.mode() and guarded.__name__ != "__init__":
             warnings.warn(f"{cls.__name__}.{guarded.__name__}: the object was made "
-                          "outside attnbook.sanitize()/profile(), so its methods run "
+                          "outside sanitize()/profile(), so its methods run "
                           "unchecked; make it inside to check them",
                           MadeOutsideWarning, stacklevel=2)
         return guarded(*args, **kwargs)
@@ -265,9 +265,9 @@ def guard_module(module, names, twin=None, guard_memory=True):
     pybind11 classes, raise :class:`KernelTimeout` or :class:`KernelInterrupted` for a
     stopped launch and :class:`KernelFault` for a faulting thread, in its submodules
     too; other attributes are left as they are. ``twin``: None for a checked build,
-    whose functions then run checked inside :func:`attnbook.sanitize` and
-    :func:`attnbook.profile`; for the default build, a callable returning the checked
-    build of the same files, whose function at the same place runs there instead
+    whose functions then run checked inside :func:`cuda_emulator.sanitize` and
+    :func:`cuda_emulator.profile`; for the default build, a callable returning the
+    checked build of the same files, whose function at the same place runs there instead
     (inside them, ``module.Cls`` is the checked build's class, and an object is made of
     it). Outside them, ``guard_memory`` puts the call's tensors between unmapped pages
     (:mod:`.guard`), so that an access past one faults."""

@@ -368,7 +368,7 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void note_access(const void*
 
 }  // namespace attnbook_emu
 
-// ---- the Python side's handle on a call (attnbook.emulator.sanitizer) --------------
+// ---- the Python side's handle on a call (cuda_emulator.sanitizer) --------------
 // Plain C functions that Python calls through ctypes, so that every checked build has
 // them whatever module definition it brings (ab.compile's, or a whole extension's own
 // PYBIND11_MODULE); `used`: emitted by every file that includes this one, merged into

@@ -1,14 +1,14 @@
 """The operators a loaded extension registers with ``TORCH_LIBRARY``, on the emulator.
 
 torch's dispatcher calls an operator's kernel itself, so the guards and checks that
-wrap a module's functions (:func:`attnbook.emulator.emulate.guard_module`) would never
+wrap a module's functions (:func:`cuda_emulator.emulate.guard_module`) would never
 see a call of ``torch.ops.ns.op``. On the emulator each build therefore registers the
 extension's namespaces under names of its own (``ns`` becomes
 ``ns__attnbook_emulator_<tag>``, and ``ns__attnbook_checked_<tag>`` in the checked
 build; the tag names the files and flags), and :func:`guard_operators` defines
 ``ns::op``, with the operator's schema, by a Python kernel that calls the default
-build's operator with the call's tensors guarded or, inside :func:`attnbook.sanitize`
-and :func:`attnbook.profile`, the checked build's. A ``TORCH_LIBRARY_IMPL(ns, CUDA,
+build's operator with the call's tensors guarded or, inside
+:func:`cuda_emulator.sanitize` and :func:`cuda_emulator.profile`, the checked build's. A ``TORCH_LIBRARY_IMPL(ns, CUDA,
 m)`` block registers its kernels for the CPU, which stands in for the GPU. Loaded again
 after an edit (a notebook cell run twice), ``ns::op`` calls the new build.
 """
@@ -18,7 +18,7 @@ import re
 
 import torch
 
-from ..emulator import emulate
+from . import emulate
 
 __all__ = ["namespaces", "renamed", "guard_operators"]
 

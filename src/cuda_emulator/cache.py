@@ -1,17 +1,18 @@
-"""The extension cache (``$TORCH_EXTENSIONS_DIR``): each build's folder, a lock on it
-that a killed build does not leave behind, and a quiet builder. At the bottom with the
-emulator, which builds its guard library here; every build above goes through it too
-(the toolchain's compile, programs, whole extensions, ptxas reports)."""
+"""The extension cache (``$TORCH_EXTENSIONS_DIR``): each build's folder and the key
+that names it, a lock on it that a killed build does not leave behind, and a quiet
+builder. Every build goes through it: the emulator's (its guard library, kernels, whole
+extensions, programs) and those of the package above it (nvcc's, ptxas reports)."""
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import pathlib
 import warnings
 
-__all__ = ["build_directory", "build_lock", "quiet_build", "cpp_extension",
-           "LINK_FLAGS"]
+__all__ = ["build_directory", "build_lock", "cache_key", "quiet_build",
+           "cpp_extension", "LINK_FLAGS"]
 
 # Every extension links the shared libstdc++ by name, ahead of the -lstdc++ the
 # compiler adds. Where the linker finds libstdc++.a first, -lstdc++ alone copies a
@@ -63,6 +64,11 @@ def quiet_build(verbose: bool = False):
             _QUIET.building = False
 
 
+def cache_key(*parts) -> str:
+    """The key of a build in the cache: 12 hex digits of everything that makes it."""
+    return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:12]
+
+
 def build_directory(full_name: str, verbose: bool = False) -> pathlib.Path:
     """The extension's folder in torch's extension cache (``$TORCH_EXTENSIONS_DIR``)."""
     return pathlib.Path(cpp_extension._get_build_directory(full_name, verbose))
@@ -76,7 +82,7 @@ def build_lock(full_name: str, verbose: bool):
     ``flock``, which the system drops with its process, guards the build instead, and
     a ``lock`` file found while holding it is such a leftover."""
     folder = build_directory(full_name, verbose)
-    with open(folder / "attnbook.lock", "w") as handle:
+    with open(folder / "build.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             (folder / "lock").unlink(missing_ok=True)

@@ -1,5 +1,5 @@
 """A CUDA program with its own main() runs on the emulator as it would after
-``nvcc prog.cu -o prog && ./prog``: ``python -m attnbook.toolchain.program run``, its
+``nvcc prog.cu -o prog && ./prog``: ``python -m cuda_emulator.program run``, its
 output, exit status, -I and -D, and its errors (a fault, memcheck) with their lines."""
 import os
 import pathlib
@@ -18,7 +18,7 @@ LINE = next(i for i, text in enumerate(SOURCE.read_text().splitlines(), 1)
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "attnbook.toolchain.program", "run",
+    return subprocess.run([sys.executable, "-m", "cuda_emulator.program", "run",
                            *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
@@ -138,11 +138,11 @@ def test_a_program_s_output_shows_as_it_prints(tmp_path):
         "#include <cstdio>\n#include <chrono>\n#include <thread>\n"
         "int main() {\n  printf(\"results match\\n\");\n"
         "  std::this_thread::sleep_for(std::chrono::seconds(120));\n}\n")
-    from attnbook.toolchain import program
+    from cuda_emulator import program
     program.build(tmp_path / "slow.cu")   # built first: the wait below is the run's
     # as from a terminal: a job started in the background by a shell (as CI may be)
     # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
-    child = subprocess.Popen([sys.executable, "-m", "attnbook.toolchain.program", "run",
+    child = subprocess.Popen([sys.executable, "-m", "cuda_emulator.program", "run",
                               str(tmp_path / "slow.cu")], stdout=subprocess.PIPE,
                              text=True, preexec_fn=lambda: signal.signal(
                                  signal.SIGINT, signal.SIG_DFL))

@@ -90,7 +90,8 @@ import warnings
 import torch
 
 __all__ = ["sanitize", "profile", "SanitizerError", "MemcheckError", "InitcheckError",
-           "RaceError", "ProfileReport", "LaunchProfile", "LineCounts"]
+           "RaceError", "ProfileReport", "LaunchProfile", "LineCounts",
+           "library_folder"]
 
 MEMCHECK, RACECHECK, PROFILE, INITCHECK = 1, 2, 4, 8
 _ENV = "ATTNBOOK_SANITIZE"
@@ -202,10 +203,15 @@ def _storage_spans(objs) -> list[int]:
 
 # Frames in these folders are the emulator's or a library's: an access made there (an
 # atomicAdd's compare-and-swap loop) is named by the kernel line that called it.
-_PACKAGE = pathlib.Path(__file__).parents[1]
-_NOT_KERNEL = (str(_PACKAGE / "emulator" / "include"),
-               str(_PACKAGE / "toolchain" / "include"), "/usr/",
-               str(pathlib.Path(torch.__file__).parent))
+_NOT_KERNEL = [str(pathlib.Path(__file__).parent / "include"), "/usr/",
+               str(pathlib.Path(torch.__file__).parent)]
+
+
+def library_folder(folder) -> None:
+    """Name an access made by code in ``folder`` (a library's headers a build
+    includes, such as a wrapper's helpers) by the kernel line that called it."""
+    if str(folder) not in _NOT_KERNEL:
+        _NOT_KERNEL.append(str(folder))
 _lines: dict[tuple[str, int], str] = {}   # (library, offset) -> "file:line"
 
 
@@ -235,7 +241,7 @@ def _source_lines(path: str, offsets) -> dict[int, str]:
         blocks = _addr2line(path, todo)
         for offset, block in zip(todo, blocks):
             frames = block.strip().splitlines() or ["??:0"]
-            first = next((f for f in frames if not f.startswith(_NOT_KERNEL)),
+            first = next((f for f in frames if not f.startswith(tuple(_NOT_KERNEL))),
                          frames[0])
             name, _, line = first.rpartition(":")
             _lines[path, offset] = f"{os.path.basename(name)}:{line.split()[0]}"

@@ -1,8 +1,7 @@
 """A CUDA program with its own ``main()``, run on the CPU emulator::
 
-    python -m attnbook.toolchain.program run [-I DIR] [-D NAME[=VALUE]] [--sanitize]
-                                             [--arch sm_XY] prog.cu [more.cu ...]
-                                             [ARGS...]
+    python -m cuda_emulator.program run [-I DIR] [-D NAME[=VALUE]] [--sanitize]
+                                        [--arch sm_XY] prog.cu [more.cu ...] [ARGS...]
 
 builds ``prog.cu`` (``cudaMalloc``, ``cudaMemcpy``, kernel launches, events: the
 emulator's host API), and the other source files (``.cu``, ``.cpp``, ``.cc``, ``.c``)
@@ -11,15 +10,14 @@ emulator, and runs the program with ``ARGS``, as ``nvcc prog.cu more.cu -o prog 
 ./prog ARGS`` would on a GPU: its output, its exit status. ``-I`` and ``-D`` are
 nvcc's; ``--arch`` sets ``__CUDA_ARCH__`` (sm_80 by default); ``--sanitize`` builds it
 checked, memcheck, racecheck and initcheck on from the start, as
-:func:`attnbook.sanitize` does for a module. An error of a launch (a faulting thread, a
-failed assert, a memcheck, racecheck or initcheck report) ends the program with status
-1 and its message, with the kernel's ``file:line``, on stderr. Executables are cached
-in torch's extension folder, by their text and flags.
+:func:`cuda_emulator.sanitize` does for a module. An error of a launch (a faulting
+thread, a failed assert, a memcheck, racecheck or initcheck report) ends the program
+with status 1 and its message, with the kernel's ``file:line``, on stderr. Executables
+are cached in torch's extension folder, by their text and flags.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import pathlib
 import re
@@ -27,24 +25,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
-import torch
-
-from ..emulator import emulate, ptx, sanitizer
-from .compile import (CHECKED_FLAGS, CPU_FLAGS, EMULATOR_DIR, EMULATOR_TARGET,
-                      INCLUDE_DIR, CompileError, arch_number, build_directory,
-                      build_lock, cpp_extension, emulator_headers, report_build,
-                      short_error)
-from .progress import build_progress
+from . import sanitizer
+from .build import Build, CompileError
 
 __all__ = ["build", "run", "main"]
-
-# A program's main() is host code, which may keep large arrays on its stack: the
-# device's 512 KiB of local memory bounds kernels only, whose frames cannot be told
-# apart here.
-_FLAGS = [f for f in CPU_FLAGS if not f.startswith("-Werror=frame-larger-than")]
-
 
 SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 
@@ -54,8 +39,8 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
     """The executable of the CUDA program ``source`` (a path, or a list of the paths
     of its files) for the emulator, compiled unless cached. ``includes``: folders for
     ``#include``; ``defines``: ``NAME`` or ``NAME=VALUE``; ``log``: where the build's
-    one line goes (by default the ``attnbook`` logger, see
-    :func:`~attnbook.toolchain.compile.report_build`)."""
+    one line goes (by default the ``cuda_emulator`` logger, see
+    :func:`~cuda_emulator.build.report_build`)."""
     paths = [pathlib.Path(source)] if isinstance(source, (str, os.PathLike)) else \
         [pathlib.Path(s) for s in source]
     if not paths:
@@ -63,60 +48,16 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
     for path in paths:
         if not path.is_file():
             raise FileNotFoundError(f"no program {str(path)!r}")
-    if len({p.name for p in paths}) < len(paths):
-        raise ValueError("two source files have one file name")
     if not re.fullmatch(r"sm_\d{2,3}a?", arch):
         raise ValueError(f"arch must look like 'sm_80', got {arch!r}")
     folders = [*dict.fromkeys(p.parent for p in paths), *map(pathlib.Path, includes),
                pathlib.Path.cwd()]
-    texts = {path.name: path.read_text() for path in paths}
-    units = {}   # file name -> the C++ compiled for it
-    for file_name, text in texts.items():
-        try:
-            code = ptx.to_cpp(emulate.to_cpp(emulate.inline_headers(text, file_name,
-                                                                    folders)))
-        except SyntaxError as e:
-            raise CompileError(f"{file_name}: {e}") from None
-        units[file_name] = (f'#include "cuda_emulator.h"\n#line 1 "{file_name}"\n'
-                            f'{code}\n#include "emu_program.h"\n')
-    flags = ["-std=c++20", *_FLAGS, "-DATTNBOOK_PROGRAM",
-             f"-DATTNBOOK_EMU_ARCH={arch_number(arch)}",
-             *(f"-D{d}" for d in defines),
-             *(f"-I{p}" for p in (EMULATOR_DIR, INCLUDE_DIR, *folders)),
-             *(f"-I{p}" for p in cpp_extension.include_paths())]
-    libraries = ["-lpthread", "-ldl"]
-    if sanitize:   # the checked build reports torch's allocations through c10
-        lib = cpp_extension.library_paths()[0]
-        flags += [*CHECKED_FLAGS, "-DATTNBOOK_PROGRAM_CHECKS=11"]
-        libraries = [f"-L{lib}", "-lc10", f"-Wl,-rpath,{lib}", *libraries]
-    key = hashlib.sha256("\0".join([*units, *units.values(), *flags, *libraries,
-                                    torch.__version__, *emulator_headers()]).encode()
-                         ).hexdigest()[:12]
-    name = re.sub(r"\W", "_", paths[0].stem)
-    full = f"program_{name}_{'checked' if sanitize else 'emulator'}_{key}"
-    folder = build_directory(full, verbose)
-    exe = folder / name
-    start = time.perf_counter()
-    with build_lock(full, verbose), build_progress(
-            name + (" (checked)" if sanitize else ""), EMULATOR_TARGET, folder,
-            exe.is_file()) as progress:
-        if not exe.is_file():
-            files = []
-            for file_name, cpp in units.items():   # a.cu as a.cu.cpp: C++
-                files.append(folder / f"{file_name}.cpp")
-                files[-1].write_text(cpp)
-            command = [os.environ.get("CXX", "c++"), *flags, *map(str, files), "-o",
-                       str(exe), *libraries]
-            done = subprocess.run(command, capture_output=True, text=True)
-            if done.returncode:
-                named = [n for n in texts if re.search(re.escape(n) + r"[:(]\d+",
-                                                       done.stderr)]
-                where = named[0] if named else paths[0].name
-                raise CompileError(f"compiling {where} failed:\n"
-                                   + short_error(done.stderr, texts[where], where))
-    report_build(name, sanitize, EMULATOR_TARGET, time.perf_counter() - start, log,
-                 progress)
-    return exe
+    program = Build(re.sub(r"\W", "_", paths[0].stem),
+                    [(path.read_text(), path.name) for path in paths],
+                    folders=folders, includes=folders, arch=arch, defines=defines,
+                    head='#include "cuda_emulator.h"\n',
+                    tail='#include "emu_program.h"\n', verbose=verbose)
+    return program.executable(checked=sanitize, log=log)
 
 
 def _relay(stream, write, out):
@@ -170,7 +111,7 @@ def run(source, args=(), **options) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attnbook.toolchain.program",
+        prog="python -m cuda_emulator.program",
         description="Build a CUDA program with its own main() for the CPU emulator "
                     "and run it, as nvcc prog.cu -o prog && ./prog ARGS would.")
     parser.add_argument("command", choices=["run"])

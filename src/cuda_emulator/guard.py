@@ -3,7 +3,7 @@
 A kernel that writes a few kilobytes past the end of a tensor on the CPU overwrites the
 neighbouring heap chunk, and the process dies later (a SIGBUS, ``free(): corrupted``),
 far from the kernel. In the default mode, :func:`guarded_call` runs a function of a
-module from :func:`attnbook.compile` or :func:`attnbook.load_extension` with
+module from :class:`~cuda_emulator.build.Build` with
 
 * every CPU tensor argument (and those in a list or tuple argument) copied into memory
   that ends on a page boundary, followed by 1 MiB and preceded by 64 KiB of unmapped
@@ -12,7 +12,7 @@ module from :func:`attnbook.compile` or :func:`attnbook.load_extension` with
   tensor the same way (the outputs and workspaces the wrapper allocates),
 
 so that an access a little past (or before) a tensor faults at once, and
-:class:`~attnbook.emulator.KernelFault` names it: "a write at address 0x…
+:class:`~cuda_emulator.KernelFault` names it: "a write at address 0x…
 (SIGSEGV), 16000 bytes past the end of a 4000-byte tensor". The bytes between the
 guard and the tensor (under a page before it, under 16 after it: its end is kept
 16-byte aligned) hold a known pattern; a write there does not fault, so after the call
@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import pathlib
 import threading
 
 import torch
 
-from .cache import LINK_FLAGS, build_lock, cpp_extension, quiet_build
+from .cache import LINK_FLAGS, build_lock, cache_key, cpp_extension, quiet_build
 
 __all__ = ["guarded_call", "GuardFault"]
 
@@ -51,8 +50,7 @@ SOURCE = pathlib.Path(__file__).with_name("guard.cpp")
 def _allocator() -> ctypes.CDLL:
     """guard.cpp's library, built on first use (a few seconds, once per machine)."""
     text = SOURCE.read_text()
-    key = hashlib.sha256(f"{text}\0{torch.__version__}".encode()).hexdigest()[:12]
-    name = f"attnbook_guard_{key}"
+    name = "guard_" + cache_key(text, torch.__version__)
     with quiet_build(), build_lock(name, False):
         path = cpp_extension.load(name=name, sources=[str(SOURCE)],
                                   extra_cflags=["-O2"],

@@ -7,7 +7,7 @@ where it has run before. When it is done the line becomes ``compiled … in N s`
 The line is shown where someone watches: in a Jupyter cell (a display that is updated
 in place) or on a terminal's stderr (rewritten with a carriage return). Output that
 goes to a file or a pipe gets the old behaviour alone, the finished line
-(:func:`~attnbook.toolchain.compile.report_build`), and ``ATTNBOOK_BUILD_PROGRESS=0``
+(:func:`~cuda_emulator.build.report_build`), and ``ATTNBOOK_BUILD_PROGRESS=0``
 turns the line off (the notebooks' test run sets it: a notebook's stored outputs were
 made with the builds cached, so they hold no build line). A build found in the cache
 shows nothing."""
