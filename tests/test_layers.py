@@ -163,3 +163,37 @@ def test_one_translation_one_cache_key_one_twin():
              if isinstance(node, ast.ClassDef) and "Twin" in node.name]
     assert twins == ["build.py: Twin"], twins
 
+
+def _names_an_option(path: pathlib.Path, option: str) -> bool:
+    """Whether the file declares, passes on or reads the scalar mask ``option`` by
+    name: in Python a parameter, a field, a keyword passed on as it came
+    (``option=option``) or a dict key; in C++ any use outside comments."""
+    from cuda_emulator.emulate import blank_out
+    if path.suffix != ".py":
+        return re.search(rf"\b{option}\b", blank_out(path.read_text(),
+                                                     strings=False)) is not None
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.arg) and node.arg == option or \
+                isinstance(node, ast.AnnAssign) and \
+                getattr(node.target, "id", "") == option or \
+                isinstance(node, ast.Dict) and any(
+                    isinstance(k, ast.Constant) and k.value == option
+                    for k in node.keys):
+            return True
+        if isinstance(node, ast.keyword) and node.arg == option and option in (
+                getattr(node.value, "id", None), getattr(node.value, "attr", None)):
+            return True
+    return False
+
+
+def test_a_scalar_mask_lives_in_four_files():
+    """Adding a scalar mask option is its line in MASK_OPTIONS (mask_params.h), its
+    rule in mask.cuh and in reference/masks.py and its keyword in args/attention.py:
+    the files that name ``window`` are those alone (the ops and the references pass
+    the book's masks on as ``**mask``; the wrappers fill MaskParams from the list; an
+    exercise's kernel is the reader's own)."""
+    places = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*")
+                    if p.suffix in (".py", ".h", ".cuh", ".cu", ".cpp")
+                    and "exercises" not in p.parts and _names_an_option(p, "window"))
+    assert places == ["args/attention.py", "kernels/mask.cuh", "kernels/mask_params.h",
+                      "reference/masks.py"], places

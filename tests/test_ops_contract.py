@@ -205,6 +205,49 @@ def test_huge_strides_windows_and_lengths_keep_their_meaning(impl, device):
          ab.attention_reference(q, k, v, key_lengths=zero, float64=True))
 
 
+def test_the_wrappers_take_one_mask_value_per_option_by_name(device):
+    """The C++ wrappers fill MaskParams from MASK_OPTIONS (kernels/mask_params.h), the
+    list the Python side reads: a list of another length, or a value past 32 bits,
+    is refused naming the option."""
+    from attnbook.args.attention import MASK_OPTIONS, attention_args
+    q, k, v = qkv((1, 2, 6, 32), (1, 2, 9, 32), device)
+    a = attention_args(q, k, v, is_causal=True, window=3)
+    assert a.mask_options == [{"causal": 1, "stride": 0, "window": 3}[name]
+                              for name in MASK_OPTIONS]
+    from attnbook.ops.flash import check_flash_config
+    tiles = check_flash_config(32, None, 1)
+
+    def run(options):
+        return torch.ops.attnbook.flash_forward(a.q, a.k, a.v, None, None, options,
+                                                a.scale, 1, *tiles)
+    torch.testing.assert_close(run(a.mask_options)[0], ab.attention_reference(
+        q, k, v, is_causal=True, window=3))
+    with pytest.raises(RuntimeError, match=f"no value for {MASK_OPTIONS[-1]}"):
+        run(a.mask_options[:-1])
+    with pytest.raises(RuntimeError, match=f"{len(MASK_OPTIONS) + 1} values for "
+                                           f"{len(MASK_OPTIONS)} options"):
+        run([*a.mask_options, 0])
+    with pytest.raises(RuntimeError,
+                       match=r"mask option window must be in \[0, 2\^31\)"):
+        run([1, 0, 2**31])
+
+
+def test_mask_keywords_are_checked_by_name(device):
+    from attnbook.args.attention import MASK_KEYWORDS, MASK_OPTIONS
+    assert [*MASK_KEYWORDS] == [n for n in MASK_OPTIONS if n != "causal"]
+    q, k, v = qkv((1, 2, 6, 32), (1, 2, 9, 32), device)
+    for fn in (ab.attention, ab.flash_attention_fp32, ab.attention_reference,
+               ab.flash_attention_tiles, lambda *t, **kw: ab.Attention(**kw)(*t)):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'windw': "
+                                            "the masks are is_causal, attn_mask, "
+                                            "key_lengths and stride, window"):
+            fn(q, k, v, windw=3)
+        with pytest.raises(ValueError, match="window must be a positive"):
+            fn(q, k, v, window=0)
+    same(ab.Attention(window=3, stride=2)(q, k, v),
+         ab.attention_reference(q, k, v, window=3, stride=2, float64=True))
+
+
 # ---- sizes past CUDA's grid limits, and empty ones -----------------------------------
 @pytest.mark.parametrize("impl", IMPLS)
 def test_more_than_65535_batch_heads(impl, device):

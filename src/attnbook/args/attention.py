@@ -6,19 +6,30 @@ Every rule is checked here, in Python, before anything reaches a kernel: types, 
 shapes, devices, ranges. Python integers are unbounded and the kernels take 32-bit ones,
 so every integer is either reduced to an equivalent value that fits
 (a stride or window longer than the sequence) or refused before it is narrowed.
+
+The book's masks beyond SDPA's (``stride``, ``window``) are keywords that every function
+taking masks passes on as they came (``**mask``) to :func:`attention_args` or
+:func:`check_reference_args`, and from there to the kernels by name: the order of
+their values is that of ``MASK_OPTIONS`` in ``kernels/mask_params.h``, read from the
+header (:data:`MASK_OPTIONS`). A new scalar mask is a line there, its rule in
+``mask.cuh`` and in :mod:`attnbook.reference.masks`, and its keyword here
+(:data:`MASK_KEYWORDS`).
 """
 from __future__ import annotations
 
 import functools
 import math
 import numbers
+import re
 import warnings
 from dataclasses import dataclass
 
 import torch
 
+from ..toolchain.compile import KERNEL_DIR
+
 __all__ = ["AttentionArgs", "attention_args", "check_reference_args", "check_tensor",
-           "takes_is_causal",
+           "takes_is_causal", "check_mask_keywords", "MASK_OPTIONS", "MASK_KEYWORDS",
            "check_attn_mask", "check_positive_int", "check_same_device", "INT32_MAX",
            "FLOATS"]
 
@@ -27,6 +38,23 @@ INT32_MAX = 2**31 - 1
 DEVICE_TYPES = ("cuda", "cpu", "meta")
 HALF_PRECISION = (torch.float16, torch.bfloat16)
 INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+
+def _mask_options() -> tuple[str, ...]:
+    """The names of MaskParams' scalar options, in the order the kernels take their
+    values: the lines of ``MASK_OPTIONS`` in ``kernels/mask_params.h``."""
+    text = (KERNEL_DIR / "mask_params.h").read_text()
+    block = re.search(r"#define MASK_OPTIONS\(X\)((?:.*\\\n)*.*)", text)[1]
+    return tuple(re.findall(r"X\(\s*\w+\s*,\s*(\w+)\s*\)", block))
+
+
+MASK_OPTIONS = _mask_options()
+# The book's masks beyond SDPA's, by keyword (all of MASK_OPTIONS but ``causal``, which
+# is SDPA's is_causal): a positive int or None (off), and the equivalent value that
+# fits in 32 bits, of (n, Sq, Sk). A stride of Sk or more admits key 0 alone; no two
+# positions are more than max(Sq, Sk) apart.
+MASK_KEYWORDS = {"stride": lambda n, sq, sk: min(n, max(sk, 1)),
+                 "window": lambda n, sq, sk: min(n, max(sq, sk) + 1)}
 
 
 def takes_is_causal(fn):
@@ -99,25 +127,25 @@ class AttentionArgs:
     """Checked attention inputs, as the kernels take them: q [B, H, Sq, D] and k, v
     [B, Hkv, Sk, D] views (leading dims flattened into B, head dim contiguous), the mask
     as an additive float32 [B, H, Sq, Sk] view (stride 0 where it broadcasts) or None,
-    key lengths as int32 [B] clamped to [0, Sk] or None, stride and window as ints
-    (0 = off); :attr:`mask_options` holds the last three as the kernels take them."""
+    key lengths as int32 [B] clamped to [0, Sk] or None, ``mask``: each of
+    :data:`MASK_KEYWORDS` as an int (0 = off); :attr:`mask_options` holds ``causal``
+    and ``mask`` as the kernels take them."""
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
     bias: torch.Tensor | None
     key_lengths: torch.Tensor | None
     causal: bool
-    stride: int
-    window: int
+    mask: dict
     scale: float
     out_shape: tuple
 
     @property
     def mask_options(self) -> list[int]:
-        """The mask's scalar options as every op and C++ wrapper takes them, in
-        ``MaskParams``'s order (kernels/mask_params.h): [causal, stride, window]. A new
-        option is a field here, there and in the wrappers' ``mask_params``."""
-        return [int(self.causal), self.stride, self.window]
+        """The mask's scalar options as every op and C++ wrapper takes them: a value
+        for each name of :data:`MASK_OPTIONS`, in its order."""
+        values = {"causal": int(self.causal), **self.mask}
+        return [values[name] for name in MASK_OPTIONS]
 
     def output(self, o: torch.Tensor) -> torch.Tensor:
         """The kernel's [B, H, Sq, D] output in the shape of the caller's q."""
@@ -184,11 +212,25 @@ def softmax_scale(scale, d: int, *, float32: bool = True) -> float:
     return scale
 
 
+def check_mask_keywords(mask: dict) -> dict:
+    """The book's masks given by keyword (``**mask`` of a function), checked: each a
+    name of :data:`MASK_KEYWORDS` and a positive int or None (off). Returns those that
+    are on."""
+    unknown = sorted(set(mask) - set(MASK_KEYWORDS))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r}: the masks are "
+                        "is_causal, attn_mask, key_lengths and "
+                        + ", ".join(MASK_KEYWORDS))
+    return {name: check_positive_int(n, name) for name, n in mask.items()
+            if n is not None}
+
+
 def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                   *, stride=None, window=None, key_lengths=None, enable_gqa=True,
-                   dtypes=(torch.float32,)) -> AttentionArgs:
-    """Check the arguments of :func:`attnbook.attention` (SDPA's, plus the book's masks)
-    and return them as the kernels take them. Raises TypeError, ValueError or
+                   *, key_lengths=None, enable_gqa=True, dtypes=(torch.float32,),
+                   **mask) -> AttentionArgs:
+    """Check the arguments of :func:`attnbook.attention` (SDPA's, plus the book's masks:
+    ``key_lengths`` and, in ``mask``, those of :data:`MASK_KEYWORDS`) and return them
+    as the kernels take them. Raises TypeError, ValueError or
     NotImplementedError with a message that names the argument. ``enable_gqa``: whether
     q may have more heads than k and v (the chapters' functions and the references,
     like FlashAttention's, take grouped heads as they come)."""
@@ -212,8 +254,7 @@ def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     if scale is not None and (isinstance(scale, bool)
                               or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be a number or None, got {scale!r}")
-    stride = None if stride is None else check_positive_int(stride, "stride")
-    window = None if window is None else check_positive_int(window, "window")
+    mask = check_mask_keywords(mask)
     if key_lengths is not None and not (
             isinstance(key_lengths, torch.Tensor)
             and key_lengths.dtype in INTEGER_DTYPES):
@@ -245,23 +286,20 @@ def attention_args(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
         # Lengths past Sk mean no padding and negative ones mean no key: clamping to
         # [0, Sk] keeps every value's meaning and makes it fit in 32 bits.
         lengths = key_lengths.reshape(b).clamp(0, sk).to(torch.int32).contiguous()
-    # A stride of Sk or more admits key 0 alone, and no two positions are more than
-    # max(Sq, Sk) apart: larger values mean the same and are reduced to fit in 32 bits.
-    stride = 0 if stride is None else min(stride, max(sk, 1))
-    window = 0 if window is None else min(window, max(sq, sk) + 1)
+    # larger values than fit in 32 bits mean the same as the one each is reduced to
+    mask = {name: reduce(mask[name], sq, sk) if name in mask else 0
+            for name, reduce in MASK_KEYWORDS.items()}
     scale = softmax_scale(scale, d, float32=torch.float64 not in dtypes)
-    return AttentionArgs(q4, k4, v4, bias, lengths, is_causal, stride, window, scale,
-                         out_shape)
+    return AttentionArgs(q4, k4, v4, bias, lengths, is_causal, mask, scale, out_shape)
 
 
 def check_reference_args(q, k, v, *, scale=None, is_causal=False, attn_mask=None,
-                         key_lengths=None, stride=None, window=None) -> None:
+                         key_lengths=None, **mask) -> None:
     """The rules of :func:`attention_args` for the references, which take any floating
     dtype (float64 to check the kernels) and compute on [B, H, S, D] tensors as
     given."""
-    attention_args(q, k, v, attn_mask, 0.0, is_causal, scale, stride=stride,
-                   window=window,
-                   key_lengths=key_lengths, dtypes=FLOATS)
+    attention_args(q, k, v, attn_mask, 0.0, is_causal, scale, key_lengths=key_lengths,
+                   dtypes=FLOATS, **mask)
     if q.dim() != 4:
         raise ValueError("the references take 4-D [B, H, S, D] tensors, got q of "
                          f"shape {tuple(q.shape)}")

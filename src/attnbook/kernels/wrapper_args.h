@@ -66,19 +66,23 @@ inline bool check_backward_args(const at::Tensor& q, const at::Tensor& o,
 }
 
 // bias: additive mask viewed as [B, H, Sq, Sk] with broadcast strides (numel 0: none);
-// lengths: int32 [B] key lengths (numel 0: none); options: the scalar options in
-// MaskParams' order, [causal, stride, window] (AttentionArgs.mask_options), stride and
-// window 0 (off) or positive, already reduced to 32 bits by the Python checks and
-// checked again here. A new scalar option is one line here.
+// lengths: int32 [B] key lengths (numel 0: none); options: the scalar options'
+// values, one per line of MASK_OPTIONS (mask_params.h) in its order
+// (AttentionArgs.mask_options), already reduced to 32 bits by the Python checks and
+// checked again here.
 inline MaskParams mask_params(const at::Tensor& bias, const at::Tensor& lengths,
                               const std::vector<int64_t>& options) {
-  TORCH_CHECK(options.size() == 3, "mask options must be [causal, stride, window]");
-  for (const int64_t x : options)
-    TORCH_CHECK(x >= 0 && x <= INT32_MAX, "mask options must be in [0, 2^31)");
   MaskParams m;
-  m.causal = options[0] != 0;
-  m.stride = int(options[1]);
-  m.window = int(options[2]);
+  size_t next = 0;
+#define MASK_READ(type, name)                                                         \
+  TORCH_CHECK(next < options.size(), "mask options: no value for " #name);           \
+  TORCH_CHECK(options[next] >= 0 && options[next] <= INT32_MAX,                     \
+              "mask option " #name " must be in [0, 2^31), got ", options[next]);    \
+  m.name = type(options[next++]);
+  MASK_OPTIONS(MASK_READ)
+#undef MASK_READ
+  TORCH_CHECK(next == options.size(), "mask options: ", options.size(),
+              " values for ", next, " options");
   if (bias.numel() > 0) {
     attnbook::check_tensor(bias, "bias", at::kFloat, /*contiguous=*/false);
     TORCH_CHECK(bias.dim() == 4, "bias must be a float [B, H, Sq, Sk] view");

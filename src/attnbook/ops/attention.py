@@ -13,7 +13,8 @@ from typing import Optional
 
 import torch
 
-from ..args.attention import HALF_PRECISION, INT32_MAX, attention_args
+from ..args.attention import (HALF_PRECISION, INT32_MAX, attention_args,
+                              check_mask_keywords)
 from .flash import (FLASH_FP32_FASTEST, check_flash_config, check_no_mask_grad,
                     flash_forward)
 from .flash_tc import tc_forward
@@ -55,27 +56,27 @@ def _three_kernel_path(a, impl, gather=True):
     # the GEMMs take one distance between batches: contiguous operands
     if impl == "tiled":
         qkv = tuple(t.contiguous() for t in qkv)
-    key_step = a.stride if impl == "tiled" and a.stride and gather else 1
+    stride = a.mask["stride"]
+    key_step = stride if impl == "tiled" and stride and gather else 1
     o = three_kernel_forward(*qkv, a.bias, a.key_lengths, a.mask_options, a.scale,
                              impl, key_step)
     return a.output(o)
 
 
-def three_kernels(q, k, v, attn_mask=None, is_causal=False, scale=None, *, stride=None,
-                  window=None, key_lengths=None, impl="tiled", gather=True):
+def three_kernels(q, k, v, attn_mask=None, is_causal=False, scale=None, *,
+                  key_lengths=None, impl="tiled", gather=True, **mask):
     """The naive or tiled path of :func:`attention`. The tiled path computes strided
     attention on the attended keys only (``gather``); ``gather=False`` computes every
     score and masks, for comparison (chapter 5)."""
     if impl not in ("naive", "tiled"):
         raise ValueError(f"impl must be 'naive' or 'tiled', got {impl!r}")
-    a = attention_args(q, k, v, attn_mask, 0.0, is_causal, scale, stride=stride,
-                       window=window, key_lengths=key_lengths)
+    a = attention_args(q, k, v, attn_mask, 0.0, is_causal, scale,
+                       key_lengths=key_lengths, **mask)
     return _three_kernel_path(a, impl, gather)
 
 
 def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-              enable_gqa=False, *, stride=None, window=None, key_lengths=None,
-              impl="flash"):
+              enable_gqa=False, *, key_lengths=None, impl="flash", **mask):
     """softmax(q kᵀ · scale + mask) v by the book's kernels, with the signature and the
     values of ``torch.nn.functional.scaled_dot_product_attention``.
 
@@ -86,10 +87,11 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
     head_dim ≤ 128); on a CUDA device, or on the CPU where the emulator runs the
     kernels.
     ``attn_mask``: bool (True = attend) or additive float, broadcast to
-    [*batch, H, Sq, Sk]. ``dropout_p`` must be 0. The book's masks: ``stride``
-    (keys j % stride == 0), ``window`` (|i + Sk − Sq − j| < window), ``key_lengths``
-    ([B] integers: keys j < L[b]; clamped to [0, Sk]); ``impl``: "flash" (chapter 7),
-    "tiled" (chapters 4–5) or "naive" (chapter 2).
+    [*batch, H, Sq, Sk]. ``dropout_p`` must be 0. The book's masks: ``key_lengths``
+    ([B] integers: keys j < L[b]; clamped to [0, Sk]) and, by keyword (``mask``, as
+    :mod:`attnbook.masks` defines them), ``stride`` (keys j % stride == 0) and
+    ``window`` (|i + Sk − Sq − j| < window); ``impl``: "flash" (chapter 7), "tiled"
+    (chapters 4–5) or "naive" (chapter 2).
 
     Differences from SDPA, on purpose: ``is_causal`` aligns bottom-right when Sq ≠ Sk; a
     row with no admissible key gives zeros; a masked key is absent — NaN or inf in its k
@@ -101,9 +103,9 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     if not isinstance(enable_gqa, bool):
         raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}")
-    a = attention_args(q, k, v, attn_mask, dropout_p, is_causal, scale, stride=stride,
-                       window=window, key_lengths=key_lengths, enable_gqa=enable_gqa,
-                       dtypes=(torch.float32, *HALF_PRECISION))
+    a = attention_args(q, k, v, attn_mask, dropout_p, is_causal, scale,
+                       key_lengths=key_lengths, enable_gqa=enable_gqa,
+                       dtypes=(torch.float32, *HALF_PRECISION), **mask)
     if a.q.dtype in HALF_PRECISION:
         if impl != "flash":
             raise NotImplementedError(
@@ -123,15 +125,17 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
 
 class Attention(torch.nn.Module):
     """Multi-head attention over [*batch, H, S, D] tensors with a fixed implementation
-    and mask."""
+    and mask (``mask``: the book's masks by keyword, as :func:`attention` takes
+    them)."""
 
-    def __init__(self, impl="flash", is_causal=False, scale=None, stride=None,
-                 window=None, enable_gqa=False):
+    def __init__(self, impl="flash", is_causal=False, scale=None, enable_gqa=False,
+                 **mask):
         super().__init__()
+        check_mask_keywords(mask)
         self.impl, self.is_causal, self.scale = impl, is_causal, scale
-        self.stride, self.window, self.enable_gqa = stride, window, enable_gqa
+        self.enable_gqa, self.mask = enable_gqa, mask
 
     def forward(self, q, k, v, attn_mask=None, key_lengths=None):
         return attention(q, k, v, attn_mask, 0.0, self.is_causal, self.scale,
-                         self.enable_gqa, stride=self.stride, window=self.window,
-                         key_lengths=key_lengths, impl=self.impl)
+                         self.enable_gqa, key_lengths=key_lengths, impl=self.impl,
+                         **self.mask)

@@ -91,8 +91,8 @@ def check_flash_config(d: int, tiles=None, step: int = FLASH_FP32_FASTEST) -> tu
 
 @takes_is_causal
 def flash_attention_fp32(q, k, v, *, is_causal=False, scale=None, attn_mask=None,
-                         stride=None, window=None, key_lengths=None,
-                         step=FLASH_FP32_FASTEST, tiles=None, return_lse=False):
+                         key_lengths=None, step=FLASH_FP32_FASTEST, tiles=None,
+                         return_lse=False, **mask):
     """softmax(q kᵀ · scale + mask) v by the fused fp32 kernel. Inputs as for
     :func:`attnbook.attention` (q [*batch, H, Sq, D], k and v [*batch, Hkv, Sk, D], any
     strides, on a GPU or on the CPU for the emulator; causal aligned bottom-right).
@@ -101,8 +101,8 @@ def flash_attention_fp32(q, k, v, *, is_causal=False, scale=None, attn_mask=None
     ``tiles`` = (Br, Bc): the step's own (``FLASH_FP32_TILES``), or for step 1 at
     D = 64 any of ``FLASH_FP32_SWEEP``. Returns o (and the log-sum-exp
     [*batch, H, Sq] if ``return_lse``)."""
-    a = attention_args(q, k, v, attn_mask, 0.0, is_causal, scale, stride=stride,
-                       window=window, key_lengths=key_lengths)
+    a = attention_args(q, k, v, attn_mask, 0.0, is_causal, scale,
+                       key_lengths=key_lengths, **mask)
     tiles = check_flash_config(a.q.shape[-1], tiles, step)
     check_no_mask_grad(a)
     o, lse = flash_forward(a.q, a.k, a.v, a.bias, a.key_lengths, a.mask_options,

@@ -121,9 +121,8 @@ def tc_forward(a, step: int = TC_FASTEST, tiles=None):
 
 
 def flash_attention_tc(q, k, v, attn_mask=None, is_causal=False, scale=None, *,
-                       stride=None, window=None, key_lengths=None, step=TC_FASTEST,
-                       tiles=None,
-                       return_lse=False):
+                       key_lengths=None, step=TC_FASTEST, tiles=None,
+                       return_lse=False, **mask):
     """softmax(q kᵀ · scale + mask) v on tensor cores, for float16 and bfloat16 inputs
     (bfloat16 needs sm_80 on a GPU; the emulator runs both). Arguments as for
     :func:`attnbook.attention`; head_dim up to 128 (64 and 128 run as they are, others
@@ -133,8 +132,8 @@ def flash_attention_tc(q, k, v, attn_mask=None, is_causal=False, scale=None, *,
     Returns o in q's dtype (and the float32 log-sum-exp if ``return_lse``),
     differentiable in q, k and v through the tensor-core backward
     (:mod:`attnbook.ops.backward_tc`), whichever step ran."""
-    a = attention_args(q, k, v, attn_mask, 0.0, is_causal, scale, stride=stride,
-                       window=window, key_lengths=key_lengths, dtypes=HALF_PRECISION)
+    a = attention_args(q, k, v, attn_mask, 0.0, is_causal, scale,
+                       key_lengths=key_lengths, dtypes=HALF_PRECISION, **mask)
     o, lse = tc_forward(a, step, tiles)
     o = a.output(o)
     return (o, lse.reshape(a.out_shape[:-1])) if return_lse else o

@@ -34,17 +34,17 @@ def expand_kv(x: torch.Tensor, h: int) -> torch.Tensor:
 
 @takes_is_causal
 def attention_reference(q, k, v, *, scale=None, is_causal=False, attn_mask=None,
-                        key_lengths=None, stride=None, window=None,
-                        float64=False, return_lse=False):
+                        key_lengths=None, float64=False, return_lse=False, **mask):
     """softmax(q kᵀ · scale + mask) v, computed the obvious way.
 
-    scale: defaults to 1/sqrt(D).  is_causal, stride, window, key_lengths, attn_mask:
-    see :mod:`attnbook.masks` (the causal mask is aligned bottom-right).  float64:
+    scale: defaults to 1/sqrt(D).  is_causal, key_lengths, attn_mask and ``mask``
+    (stride=, window=): see :mod:`attnbook.masks` (the causal mask is aligned
+    bottom-right).  float64:
     compute and return in float64.  return_lse: also return the log-sum-exp of each
     row, ``[B, H, Sq]``.
     """
     check_reference_args(q, k, v, scale=scale, is_causal=is_causal, attn_mask=attn_mask,
-                         key_lengths=key_lengths, stride=stride, window=window)
+                         key_lengths=key_lengths, **mask)
     b, h, sq, d = q.shape
     sk = k.shape[2]
     dtype = torch.float64 if float64 else q.dtype
@@ -55,8 +55,7 @@ def attention_reference(q, k, v, *, scale=None, is_causal=False, attn_mask=None,
     s = (qf @ kf.transpose(-1, -2)) * scale
     finite = bool(torch.isfinite(s).all())
     bias = masks.bias(b, h, sq, sk, attn_mask=attn_mask, is_causal=is_causal,
-                      stride=stride, window=window, key_lengths=key_lengths, dtype=work,
-                      device=q.device)
+                      key_lengths=key_lengths, dtype=work, device=q.device, **mask)
     # A masked key is absent: its score is -inf whatever q·k is (a NaN in q·k, or an
     # inf meeting the mask's -inf, would otherwise survive the mask).
     absent = None if finite else bias == -math.inf

@@ -35,22 +35,22 @@ def _group_sum(x: torch.Tensor, hkv: int) -> torch.Tensor:
 
 @takes_is_causal
 def flash_backward_tiles(q, k, v, o, lse, do, *, block_q=16, block_k=16, scale=None,
-                         is_causal=False, attn_mask=None, stride=None, window=None,
-                         key_lengths=None, dlse=None):
+                         is_causal=False, attn_mask=None, key_lengths=None,
+                         dlse=None, **mask):
     """(dq, dk, dv) of attention for the upstream gradient ``do`` [B, H, Sq, D] (and
     ``dlse`` [B, H, Sq] of the log-sum-exp, if it was used), from the forward's ``o``
     and ``lse``, computed tile by tile; any dtype. Masks as in
     :func:`attnbook.attention_reference`."""
     check_reference_args(q, k, v, scale=scale, is_causal=is_causal, attn_mask=attn_mask,
-                         key_lengths=key_lengths, stride=stride, window=window)
+                         key_lengths=key_lengths, **mask)
     block_q, block_k = (check_positive_int(n, name) for n, name in
                         ((block_q, "block_q"), (block_k, "block_k")))
     b, h, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     ke, ve = expand_kv(k, h), expand_kv(v, h)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    rules = dict(attn_mask=attn_mask, is_causal=is_causal, stride=stride, window=window,
-                 key_lengths=key_lengths, dtype=q.dtype, device=q.device)
+    rules = dict(attn_mask=attn_mask, is_causal=is_causal, key_lengths=key_lengths,
+                 dtype=q.dtype, device=q.device, **mask)
     # D_i = Σ_d dO_id O_id = Σ_j P_ij dP_ij; a gradient of L adds P_ij · dL_i to dS_ij.
     delta = (do * o).sum(-1)
     if dlse is not None:
@@ -98,10 +98,9 @@ class FlashAttentionTiles(torch.autograd.Function):
 
 @takes_is_causal
 def attention_tiles_autograd(q, k, v, *, block_q=16, block_k=16, scale=None,
-                             is_causal=False, stride=None, window=None,
-                             key_lengths=None, attn_mask=None):
+                             is_causal=False, key_lengths=None, attn_mask=None,
+                             **mask):
     """softmax(q kᵀ · scale + mask) v, differentiable through Algorithm 2."""
     options = dict(block_q=block_q, block_k=block_k, scale=scale, is_causal=is_causal,
-                   stride=stride, window=window, key_lengths=key_lengths,
-                   attn_mask=attn_mask)
+                   key_lengths=key_lengths, attn_mask=attn_mask, **mask)
     return FlashAttentionTiles.apply(q, k, v, options)

@@ -22,8 +22,8 @@ __all__ = ["flash_attention_tiles"]
 
 @takes_is_causal
 def flash_attention_tiles(q, k, v, *, block_q=16, block_k=16, scale=None,
-                          is_causal=False, attn_mask=None, stride=None, window=None,
-                          key_lengths=None, paper_typo=False, trace=None):
+                          is_causal=False, attn_mask=None, key_lengths=None,
+                          paper_typo=False, trace=None, **mask):
     """Returns ``(o, lse)`` for q: [B, H, Sq, D] and k, v: [B, Hkv, Sk, D], computed
     tile by tile; any dtype (float64 for checks). Masks as in
     :func:`attnbook.attention_reference`.
@@ -34,15 +34,15 @@ def flash_attention_tiles(q, k, v, *, block_q=16, block_k=16, scale=None,
     (see :func:`_tile_record`).
     """
     check_reference_args(q, k, v, scale=scale, is_causal=is_causal, attn_mask=attn_mask,
-                         key_lengths=key_lengths, stride=stride, window=window)
+                         key_lengths=key_lengths, **mask)
     block_q, block_k = (check_positive_int(n, name) for n, name in
                         ((block_q, "block_q"), (block_k, "block_k")))
     b, h, sq, d = q.shape
     sk = k.shape[2]
     k, v = expand_kv(k, h), expand_kv(v, h)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    rules = dict(attn_mask=attn_mask, is_causal=is_causal, stride=stride, window=window,
-                 key_lengths=key_lengths, dtype=q.dtype, device=q.device)
+    rules = dict(attn_mask=attn_mask, is_causal=is_causal, key_lengths=key_lengths,
+                 dtype=q.dtype, device=q.device, **mask)
     o = torch.zeros_like(q)
     lse = torch.full((b, h, sq), -math.inf, dtype=q.dtype, device=q.device)
     for i, r0 in enumerate(range(0, sq, block_q)):
