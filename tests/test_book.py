@@ -257,9 +257,10 @@ def test_no_build_noise_in_stored_outputs(nb):
 
 
 def test_the_package_and_its_tests_fit_88_columns():
-    """Every Python, C++ and CUDA file of the package and of its tests."""
+    """Every Python, C++ and CUDA file of the packages and of their tests."""
     too_long = [f"{path.relative_to(ROOT)}:{i}"
-                for folder in (ROOT / "src" / "attnbook", ROOT / "tests")
+                for folder in (ROOT / "src" / "attnbook",
+                               ROOT / "src" / "cuda_emulator", ROOT / "tests")
                 for path in sorted(folder.rglob("*"))
                 if path.suffix in (".py", ".h", ".cuh", ".cu", ".cpp")
                 for i, line in enumerate(path.read_text().splitlines(), 1)

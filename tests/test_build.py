@@ -552,6 +552,31 @@ def test_an_emulator_build_reads_the_precompiled_torch_header(checked, tmp_path,
         done.stderr[:2000]
 
 
+def test_a_wrapper_error_after_a_pasted_header_names_its_line(tmp_path, monkeypatch):
+    """The wrapper's local headers are pasted into it: an error after one names the
+    wrapper's own line (once off by one), and builds that differ in their include
+    folders share one precompiled header (it holds the package's header alone)."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
+    kernel = "__global__ void k(float* x) { x[threadIdx.x] = 1.f; }\n" \
+             "void launch(float* x) { k<<<1, 4>>>(x); }\n"
+    folders = []
+    for n in (1, 2):
+        folders.append(tmp_path / f"include{n}")
+        folders[-1].mkdir()
+        (folders[-1] / "helper.h").write_text("inline int helper() { return 1; }\n")
+    wrapper = ('#include "helper.h"\n'
+               "void launch(float* x);\n"
+               "void run(at::Tensor x) { launch(x.data_ptr<float>()); no_such(); }\n")
+    with pytest.raises(ab.CompileError, match=r"wrapper:3:\d+: error: .*no_such"):
+        ab.compile("line_probe", kernel, wrapper, ["run"], include_dirs=[folders[0]])
+    module = ab.compile("line_probe", kernel, wrapper.replace(" no_such();", ""),
+                        ["run"], include_dirs=[folders[1]])
+    x = torch.zeros(4)
+    module.run(x)
+    assert torch.equal(x, torch.ones(4))
+    assert len(list((tmp_path / "cache").glob("pch_*"))) == 1
+
+
 def test_cuda_sources_name_only_files_that_exist(monkeypatch, tmp_path):
     """nvcc's dependency file names the sources the CUDA build includes; a name that is
     not a file (a '#line 1 "x.cu"' directive once was) makes ninja rebuild in every

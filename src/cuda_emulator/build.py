@@ -139,9 +139,7 @@ def missing_functions(log: str, short: str, text: str, wrapper: str,
     """Where every error of a failed build of ``functions`` lies in the module
     definition ``load_inline`` appends after the wrapper (past its last line), because
     ``functions`` names a function neither text defines: a line saying so; else
-    None. ``wrapper`` may be the text given, or that text as a unit's tail."""
-    tail = re.fullmatch(r'#line 1 "wrapper"\n(.*)\n', wrapper, re.S)
-    wrapper = tail.group(1) if tail else wrapper
+    None."""
     missing = [fn for fn in functions
                if not re.search(rf"\b{re.escape(fn)}\s*\(", wrapper + text)]
     last = wrapper.count("\n") + 1
@@ -275,15 +273,16 @@ class Build:
     ``--fmad=false`` is honoured; ``defines``: ``NAME`` or ``NAME=VALUE``.
 
     Each unit is ``head`` (text, or a function of the translated code and the file
-    name), the translated file, then ``tail`` (C++ that is not translated, a wrapper,
-    its local headers pasted in). ``edit(code, file name, checked)``, where given,
-    changes each translated file. ``pch``: a header ``head`` includes first, to be
-    precompiled (:func:`precompiled_header`)."""
+    name), the translated file, ``wrapper`` (C++ that is not translated, its local
+    headers pasted in, named ``wrapper`` in errors), then ``tail`` (text).
+    ``edit(code, file name, checked)``, where given, changes each translated file.
+    ``pch``: a header ``head`` includes first, to be precompiled
+    (:func:`precompiled_header`)."""
 
     def __init__(self, name: str, sources, *, folders=(), includes=(),
                  arch: str = "sm_80", cflags=(), cuda_cflags=(), defines=(),
-                 head="", tail: str = "", edit=None, pch: pathlib.Path | None = None,
-                 verbose: bool = False):
+                 head="", wrapper: str = "", tail: str = "", edit=None,
+                 pch: pathlib.Path | None = None, verbose: bool = False):
         if not re.fullmatch(r"[A-Za-z0-9_]+", name):
             raise ValueError(f"a build's name must be ASCII letters, digits and _, "
                              f"got {name!r}")
@@ -293,9 +292,10 @@ class Build:
         self.folders = [pathlib.Path(f) for f in folders]
         self.includes = [EMULATOR_DIR, *map(pathlib.Path, includes)]
         self.arch, self.defines = arch, [str(d) for d in defines]
-        self.cflags = emulator_cflags(cflags) + fmad_off(cuda_cflags)
+        self.cflags = fmad_off(cuda_cflags) + emulator_cflags(cflags)
         arch_number(arch)   # checks its spelling
-        self.head, self.tail, self.edit, self.pch = head, tail, edit, pch
+        self.head, self.wrapper, self.tail = head, wrapper, tail
+        self.edit, self.pch = edit, pch
         self.verbose = verbose
 
     def units(self, checked: bool) -> list[tuple[str, str]]:
@@ -303,7 +303,7 @@ class Build:
         the emulator's C++."""
         units = []
         for text, file_name in self.sources:
-            seen = set()   # a header pasted into the file is not pasted in its tail
+            seen = set()   # a header pasted into the file is not pasted in its wrapper
             try:
                 code = ptx.to_cpp(emulate.to_cpp(emulate.inline_headers(
                     text, file_name, self.folders, seen)))
@@ -312,8 +312,10 @@ class Build:
             if self.edit is not None:
                 code = self.edit(code, file_name, checked)
             head = self.head(code, file_name) if callable(self.head) else self.head
-            tail = emulate.inline_headers(self.tail, "wrapper", self.folders, seen)
-            units.append((file_name, f'{head}#line 1 "{file_name}"\n{code}\n{tail}'))
+            wrapper = self.wrapper and '#line 1 "wrapper"\n' + emulate.inline_headers(
+                self.wrapper, "wrapper", self.folders, seen) + "\n"
+            units.append((file_name, f'{head}#line 1 "{file_name}"\n{code}\n'
+                                     f'{wrapper}{self.tail}'))
         return units
 
     def flags(self, checked: bool, program: bool = False) -> list[str]:
@@ -326,26 +328,29 @@ class Build:
     def full_name(self, units, flags, *more) -> str:
         """The build's folder in the extension cache: its name, whether checked, and
         one key of everything that makes the build (the units, the flags, the include
-        folders, the emulator's headers, torch's version)."""
+        folders, the emulator's headers and the precompiled one, torch's version)."""
         checked = CHECKED_FLAGS[0] in flags
         key = cache_key(*(t for unit in units for t in unit), *flags, *self.includes,
-                        *emulator_headers(), torch.__version__, *more)
+                        *emulator_headers(), self.pch.read_text() if self.pch else "",
+                        torch.__version__, *more)
         return f"{self.name}_{'checked' if checked else 'emulator'}_{key}"
 
     def functions(self, functions, guard_memory: bool = True):
-        """A module of the named ``functions`` of a single source and its C++
-        ``tail``, each call guarded (:func:`emulate.guard_module`), run checked inside
-        :func:`~cuda_emulator.sanitize` and :func:`~cuda_emulator.profile`."""
+        """A module of the named ``functions`` of a single source and its
+        ``wrapper``, each call guarded (:func:`emulate.guard_module`; its tensors
+        between guard pages with ``guard_memory``), run checked inside
+        :func:`~cuda_emulator.sanitize` and :func:`~cuda_emulator.profile` (there with
+        guard pages always)."""
         functions = list(functions)
         twin = Twin(lambda: emulate.guard_module(
-            self._functions(functions, checked=True), functions, None, guard_memory))
+            self._functions(functions, checked=True), functions))
         return emulate.guard_module(self._functions(functions, checked=False),
                                     functions, twin, guard_memory)
 
     def _functions(self, functions, checked: bool):
         units = self.units(checked)
         flags = self.flags(checked)
-        includes = [*(precompiled_header(self.pch, self.includes[1:], flags,
+        includes = [*(precompiled_header(self.pch, [self.pch.parent], flags,
                                          self.verbose) if self.pch else ()),
                     *self.includes]
         full = self.full_name(units, flags, *functions)
@@ -419,13 +424,13 @@ class Build:
             self.sources) == 1 else ("", ""))
         short = short_error(log, text, file_name)
         if functions:
-            missing = missing_functions(log, short, self.sources[0][0], self.tail,
+            missing = missing_functions(log, short, self.sources[0][0], self.wrapper,
                                         functions)
             short = missing or short
         if "frame-larger-than" in short:
             short += (f"\na GPU thread has at most {MAX_LOCAL_BYTES // 1024} KiB of "
                       "local memory (ptxas: 'too much local data'): make the local "
                       "arrays smaller, or keep the data in global memory")
-        where = named[0][1] if named and by_file else self.name
+        where = (named[0] if named else self.sources[0])[1] if by_file else self.name
         return f"compiling {where} failed:\n{short}"
 

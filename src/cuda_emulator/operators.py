@@ -8,9 +8,10 @@ extension's namespaces under names of its own (``ns`` becomes
 build; the tag names the files and flags), and :func:`guard_operators` defines
 ``ns::op``, with the operator's schema, by a Python kernel that calls the default
 build's operator with the call's tensors guarded or, inside
-:func:`cuda_emulator.sanitize` and :func:`cuda_emulator.profile`, the checked build's. A ``TORCH_LIBRARY_IMPL(ns, CUDA,
-m)`` block registers its kernels for the CPU, which stands in for the GPU. Loaded again
-after an edit (a notebook cell run twice), ``ns::op`` calls the new build.
+:func:`cuda_emulator.sanitize` and :func:`cuda_emulator.profile`, the checked build's.
+A ``TORCH_LIBRARY_IMPL(ns, CUDA, m)`` block registers its kernels for the CPU, which
+stands in for the GPU. Loaded again after an edit (a notebook cell run twice),
+``ns::op`` calls the new build.
 """
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ def build(source, includes=(), defines=(), arch: str = "sm_80", sanitize: bool =
         raise ValueError(f"arch must look like 'sm_80', got {arch!r}")
     folders = [*dict.fromkeys(p.parent for p in paths), *map(pathlib.Path, includes),
                pathlib.Path.cwd()]
-    program = Build(re.sub(r"\W", "_", paths[0].stem),
+    program = Build(re.sub(r"[^A-Za-z0-9_]", "_", paths[0].stem),
                     [(path.read_text(), path.name) for path in paths],
                     folders=folders, includes=folders, arch=arch, defines=defines,
                     head='#include "cuda_emulator.h"\n',

@@ -212,6 +212,8 @@ def library_folder(folder) -> None:
     includes, such as a wrapper's helpers) by the kernel line that called it."""
     if str(folder) not in _NOT_KERNEL:
         _NOT_KERNEL.append(str(folder))
+
+
 _lines: dict[tuple[str, int], str] = {}   # (library, offset) -> "file:line"
 
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from cuda_emulator.emulate import blank_out, join_lines
+
 from ..toolchain.compile import KERNEL_DIR
 
 __all__ = ["AttentionArgs", "attention_args", "check_reference_args", "check_tensor",
@@ -43,9 +45,11 @@ INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64
 def _mask_options() -> tuple[str, ...]:
     """The names of MaskParams' scalar options, in the order the kernels take their
     values: the lines of ``MASK_OPTIONS`` in ``kernels/mask_params.h``."""
-    text = (KERNEL_DIR / "mask_params.h").read_text()
-    block = re.search(r"#define MASK_OPTIONS\(X\)((?:.*\\\n)*.*)", text)[1]
-    return tuple(re.findall(r"X\(\s*\w+\s*,\s*(\w+)\s*\)", block))
+    text = (KERNEL_DIR / "mask_params.h").read_text().replace("\r\n", "\n")
+    text = blank_out(join_lines(text), strings=False)   # one line, comments blank
+    block = re.search(r"^[ \t]*#[ \t]*define[ \t]+MASK_OPTIONS\(X\)(.*)$", text,
+                      re.M)[1]
+    return tuple(re.findall(r"X\(\s*[^,()]+?\s*,\s*(\w+)\s*\)", block))
 
 
 MASK_OPTIONS = _mask_options()
@@ -218,9 +222,9 @@ def check_mask_keywords(mask: dict) -> dict:
     are on."""
     unknown = sorted(set(mask) - set(MASK_KEYWORDS))
     if unknown:
-        raise TypeError(f"unexpected keyword argument {unknown[0]!r}: the masks are "
-                        "is_causal, attn_mask, key_lengths and "
-                        + ", ".join(MASK_KEYWORDS))
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r}: neither an "
+                        "argument of the function nor one of the masks by keyword ("
+                        + ", ".join(MASK_KEYWORDS) + ")")
     return {name: check_positive_int(n, name) for name, n in mask.items()
             if n is not None}
 

@@ -116,7 +116,6 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
     src_name = kernel_file_name(cuda)
     given = [*map(pathlib.Path, include_dirs)]
     search = [*given, pathlib.Path.cwd(), KERNEL_DIR]
-    wrapper_text = f'#line 1 "wrapper"\n{wrapper}\n'
     if backend == "emulator":
         # every "header" the kernel and wrapper name from ``search`` is pasted in;
         # the working directory stays off the include path, so that a build made from
@@ -126,17 +125,16 @@ def compile(name: str, cuda: str, wrapper: str, functions, *,
                       arch=arch or "sm_80", cflags=extra_cflags,
                       head=f'#include "{TORCH_HEADER.name}"\n'
                            '#include "cuda_emulator.h"\n',
-                      tail=wrapper_text, pch=TORCH_HEADER, verbose=verbose)
+                      wrapper=wrapper, pch=TORCH_HEADER, verbose=verbose)
         return build.functions(functions, guard_memory)
-    return _nvcc(name, cuda, wrapper_text, functions, src_name, arch, search,
+    return _nvcc(name, cuda, wrapper, functions, src_name, arch, search,
                  extra_cflags, verbose)
 
 
-def _nvcc(name, cuda, wrapper_text, functions, src_name, arch, search, cflags,
-          verbose):
+def _nvcc(name, cuda, wrapper, functions, src_name, arch, search, cflags, verbose):
     """The CUDA back end of :func:`compile`: nvcc for ``arch`` (the GPU's when None)."""
     target = arch or device_arch()
-    cpp = [f'#include "{TORCH_HEADER.name}"\n' + wrapper_text]
+    cpp = [f'#include "{TORCH_HEADER.name}"\n#line 1 "wrapper"\n{wrapper}\n']
     # The kernel text is a real file beside the build: nvcc's dependency list then
     # names files that exist, and ninja reuses the object.
     cu = [f'#include <cuda_runtime.h>\n#include "{KERNEL_SUBDIR}/{src_name}"\n']
@@ -149,7 +147,7 @@ def _nvcc(name, cuda, wrapper_text, functions, src_name, arch, search, cflags,
 
     def errors(log):
         short = short_error(log, cuda, src_name)
-        why = missing_functions(log, short, cuda, wrapper_text, functions)
+        why = missing_functions(log, short, cuda, wrapper, functions)
         return f"compiling {name} failed:\n{why or short}"
 
     # one architecture compiles fastest
