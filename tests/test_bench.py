@@ -187,11 +187,13 @@ def test_figures_draw_every_implementation_that_ran():
 def test_recorded_results_are_complete():
     """Every recorded result file names its machine and versions and holds measured
     rows."""
+    from attnbook.bench.suites import PEER_SUITES
     from attnbook.models import ALL_SUITES
-    for path in sorted(RESULTS.glob("[0-9]*/*.json")):
+    for path in sorted([*RESULTS.glob("[0-9]*/*.json"),
+                        *(RESULTS / "peers").glob("*.json")]):
         data = json.loads(path.read_text())
         assert path.parent.name == data["chapter"], path
-        assert data["chapter"] in ALL_SUITES, path
+        assert data["chapter"] in {**ALL_SUITES, **PEER_SUITES}, path
         for key in ("gpu", "capability", "torch", "cuda", "date", "peaks"):
             assert data["machine"].get(key), (path, key)
         assert data["rows"] and all("impl" in r and "ms" in r
@@ -504,3 +506,54 @@ def test_the_generation_figure_marks_each_bar_with_its_time_over_sdpas():
                            recorded.machine)
     assert generation.plot_ttft_tbt(strided) is None   # a quick set's rows
     matplotlib.pyplot.close("all")
+
+
+# ---- the peers: FlexAttention on the chapters' cases ---------------------------------
+FLEX_RULES = [dict(is_causal=True), dict(stride=3, is_causal=True), dict(window=4),
+              dict(key_lengths=torch.tensor([5, 11]))]
+
+
+@pytest.mark.parametrize("rule", FLEX_RULES, ids=["causal", "stride causal", "window",
+                                                  "key lengths"])
+@pytest.mark.parametrize("sq, hkv", [(7, 4), (1, 2)], ids=["prefill", "decode gqa"])
+def test_the_peers_flexattention_computes_what_the_book_computes(rule, sq, hkv):
+    """What the peers' suite times is the same attention as the chapter's rows: the
+    call of FlexAttention (here eager, on the CPU) gives ab.attention's output for
+    each mask, grouped heads and a single query included."""
+    from attnbook.bench.peers import flex_call
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, sq, 32, generator=g)
+    k, v = (torch.randn(2, hkv, 11, 32, generator=g) for _ in range(2))
+    got = flex_call(q, k, v, compiled=False, **rule)()
+    torch.testing.assert_close(got, ab.attention(q, k, v, enable_gqa=True, **rule),
+                               atol=2e-6, rtol=1e-5)
+    nothing = flex_call(q, k, v, compiled=False)()   # no mask: no block mask
+    torch.testing.assert_close(nothing, ab.attention(q, k, v, enable_gqa=True),
+                               atol=2e-6, rtol=1e-5)
+
+
+def test_the_peers_suite_stays_out_of_the_chapters_cells():
+    """FlexAttention compiles for tens of seconds per mask and shape: its suite is run
+    by python -m attnbook.bench (and the GPU runner's peers stage), never by a
+    chapter's benchmark cell or quick set."""
+    from attnbook.gpu.stages import STAGES
+    from attnbook.models import ALL_SUITES
+    from attnbook.bench.suites import PEER_SUITES as peers
+    assert not set(peers) & set(ALL_SUITES) and not set(peers) & set(bench.QUICK)
+    for path in (ROOT / "book").glob("*.ipynb"):
+        assert "peers" not in path.read_text(), path
+    (stage,) = [s for s in STAGES if s.name == "peers"]
+    assert [c[1:] for c in stage.commands] == [("-m", "attnbook.bench", "peers")]
+
+
+@pytest.mark.gpu
+def test_a_peer_row_is_timed_after_its_build():
+    """On a GPU, a FlexAttention row: compiled in its warm-up, then timed."""
+    from attnbook.bench.peers import flex_row
+    q, k, v = (torch.randn(1, 2, 256, 64, device="cuda") for _ in range(3))
+    case = dict(S=256, causal=True, chapter="07")
+    work = dict(flops=bench.attention_flops(1, 2, 256, 256, 64, True),
+                bytes=bench.attention_bytes(1, 2, 256, 256, 64),
+                peaks=bench.device_peaks())
+    row = flex_row(case, work, q, k, v, is_causal=True)
+    assert row["impl"] == "flex" and row["ms"] > 0, row

@@ -1,5 +1,6 @@
 """``python -m attnbook.bench 02 03 …``: run chapters' benchmark suites on a GPU and
-record their results (every suite when no chapter is named).
+record their results (every suite when no chapter is named, the peers' too:
+``python -m attnbook.bench peers`` for FlexAttention alone).
 
 ``python -m attnbook.bench --cards [NAME …]``: print the design card of every package
 kernel (or of those named), no GPU needed; ``--write-budgets`` writes today's figures
@@ -13,8 +14,8 @@ import sys
 def main(argv):
     if "--cards" not in argv:
         from ..models import ALL_SUITES
-        from .suites import main as run_suites
-        run_suites(argv, ALL_SUITES)
+        from .suites import PEER_SUITES, main as run_suites
+        run_suites(argv, {**ALL_SUITES, **PEER_SUITES})
         return
     from . import cards
     names = [a for a in argv if not a.startswith("--")]

@@ -19,8 +19,9 @@ from ..ops.flash import FLASH_FP32_STEPS, FLASH_FP32_SWEEP, flash_attention_fp32
 from ..ops.flash_tc import TC_STEPS, TC_SWEEP, TC_TILES, flash_attention_tc
 from ..ops.gemm import GEMM_STEPS, gemm
 from ..ops.softmax import SOFTMAX_KERNELS, softmax
+from .peers import flex_row
 
-__all__ = ["SUITES", "attention_suite"]
+__all__ = ["SUITES", "PEER_SUITES", "attention_suite"]
 
 B, H, D = 4, 8, 64   # the book's headline attention shape (fp32)
 
@@ -372,10 +373,55 @@ def chapter11_tc():
     return rows
 
 
+def peers():
+    """FlexAttention, compiled, on chapter 5's strided cases (S = 4096, fp32), chapter
+    7's (S = 512 … 4096, fp32), chapter 8's (fp16 and bf16, D = 64 and 128, S = 1024,
+    4096 and 16384) and chapter 9's decode steps, causal and not where the chapter
+    has both."""
+    peaks, rows = bench.device_peaks(), []
+    q, k, v = _qkv(4096)
+    for causal, stride in itertools.product((False, True), (1, 2, 4, 8, 16, 32)):
+        case = dict(S=4096, stride=stride, causal=causal, chapter="05")
+        work = dict(flops=bench.attention_flops(B, H, 4096, 4096 / stride, D, causal),
+                    bytes=bench.attention_bytes(B, H, 4096, 4096, D), peaks=peaks)
+        rows.append(flex_row(case, work, q, k, v, is_causal=causal, stride=stride))
+    for S, causal in itertools.product((512, 1024, 2048, 4096), (False, True)):
+        q, k, v = _qkv(S)
+        case = dict(S=S, B=B, H=H, D=D, causal=causal, dtype="float32", chapter="07")
+        work = dict(flops=bench.attention_flops(B, H, S, S, D, causal),
+                    bytes=bench.attention_bytes(B, H, S, S, D), peaks=peaks)
+        rows.append(flex_row(case, work, q, k, v, is_causal=causal))
+    for dt, d, causal, S in itertools.product(_tc_dtypes(), (64, 128), (False, True),
+                                              (1024, 4096, 16384)):
+        q, k, v, case, work = _tc_case(dt, d, causal, S, peaks)
+        rows.append(flex_row(dict(case, chapter="08"), work, q, k, v,
+                              is_causal=causal))
+    del q, k, v
+    torch.cuda.empty_cache()
+    for b, length in itertools.product((1, 4, 16, 64), (512, 2048, 8192, 32768)):
+        if b * length > 2**19:   # chapter 9's limit: 1 GiB per cache tensor
+            continue
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q = torch.randn(b, DECODE_H, 1, DECODE_D, device="cuda", dtype=torch.float16,
+                        generator=g)
+        kc, vc = (torch.randn(b, DECODE_HKV, length, DECODE_D, device="cuda",
+                              dtype=torch.float16, generator=g) for _ in range(2))
+        case = dict(B=b, L=length, H=DECODE_H, Hkv=DECODE_HKV, D=DECODE_D,
+                    dtype="float16", chapter="09")
+        work = dict(flops=0, bytes=decode_bytes(b, length), peaks=peaks)
+        rows.append(flex_row(case, work, q, kc, vc))
+        del q, kc, vc
+        torch.cuda.empty_cache()
+    return rows
+
+
 # Chapter 10's suite benchmarks a model: attnbook.models.ALL_SUITES adds it to these.
 SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05,
           "07": chapter07, "08": chapter08, "08fa2": chapter08_fa2, "09": chapter09,
           "11": chapter11, "11tc": chapter11_tc}
+# The peers' suites, beside the chapters' (python -m attnbook.bench runs both; a
+# chapter's cell runs its own alone).
+PEER_SUITES = {"peers": peers}
 
 
 def main(chapters, suites):

@@ -106,6 +106,9 @@ STAGES = (
           env=(("ATTNBOOK_TEST_DEVICES", "cuda"),)),   # collect the cuda half only
     _bench("a", ("02", "03", "04", "05", "08fa2"), 90),
     _bench("b", ("07", "08", "09", "10", "11", "11tc"), 330),
+    Stage("peers", "FlexAttention, compiled, on the cases of chapters 5, 7, 8 and 9 "
+          "(attnbook.bench.peers; results into the run's folder)", 240,
+          ((PY, "-m", "attnbook.bench", "peers"),)),
     Stage("host", "the host's side of GPT-2 small's prefill (B 1 and 8, S 1024) with "
           "the book's attention beside SDPA's: operators and waits per layer "
           "(attnbook.models.profiling)", 60,
