@@ -1,6 +1,6 @@
 """The peer a reader knows best, timed on the chapters' own cases: PyTorch's
-FlexAttention (``torch.nn.attention.flex_attention``), compiled, with each chapter's mask
-written as a ``mask_mod`` (:func:`attnbook.masks.flex_mask_mod`).
+FlexAttention (``torch.nn.attention.flex_attention``), compiled, with each chapter's
+mask written as a ``mask_mod`` (:func:`attnbook.masks.flex_mask_mod`).
 
 ``python -m attnbook.bench peers`` runs the suite ``peers``
 (:func:`attnbook.bench.suites.peers`) on a GPU and records it: chapter 5's strided
