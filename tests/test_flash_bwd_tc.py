@@ -1,8 +1,9 @@
-"""The tensor-core backward pass (kernels/flash_bwd_tc.cu), fp16 and bf16, behind
-ab.attention's autograd: the error of dq, dk and dv against autograd of the float64
-reference must stay within 2x of PyTorch's own error when it computes the same backward
-in the same dtype (FlashAttention's criterion), with every mask, GQA, Sq ≠ Sk and sizes
-off every tile; the same bits in every thread order and under the sanitizers."""
+"""The tensor-core backward pass (kernels/flash_bwd_tc.cu), fp16 and bf16, both steps,
+behind ab.attention's autograd: the error of dq, dk and dv against autograd of the
+float64 reference must stay within 2x of PyTorch's own error when it computes the same
+backward in the same dtype (FlashAttention's criterion), with every mask, GQA, Sq ≠ Sk
+and sizes off every tile; the same bits in every thread order and under the
+sanitizers."""
 import itertools
 import math
 
@@ -22,6 +23,15 @@ HEADS = {"MHA": (2, 2, 2), "GQA": (1, 4, 2), "MQA": (1, 4, 1)}
 LENGTHS = {"Sq = Sk": (64, 64), "Sq < Sk": (17, 80), "Sq > Sk": (80, 17),
            "S = 1": (1, 1)}
 ORDERS = [("forward", 0), ("reverse", 0), ("shuffle", 7)]
+STEPS = sorted(ab.ops.backward_tc.FLASH_BWD_TC_STEPS)
+
+
+@pytest.fixture(params=STEPS, ids=lambda step: f"step {step}")
+def step(request, monkeypatch):
+    """Autograd's backward runs this step (ab.attention's own is step 2 from sm_80)."""
+    monkeypatch.setattr(ab.ops.backward_tc, "tc_backward_step",
+                        lambda device: request.param)
+    return request.param
 
 
 def leaves(shape, dtype, device, seed=0):
@@ -81,7 +91,8 @@ def check_grads(got, q, k, v, do, opts, mask, what=""):
 @pytest.mark.parametrize("dtype,d,mask", list(itertools.product(DTYPES, HEAD_DIMS,
                                                                 MASKS)))
 @pytest.mark.parametrize("heads,lengths", list(itertools.product(HEADS, LENGTHS)))
-def test_gradients_within_pytorchs_error(dtype, d, mask, heads, lengths, device):
+def test_gradients_within_pytorchs_error(dtype, d, mask, heads, lengths, step,
+                                        device):
     b, h, hkv = HEADS[heads]
     sq, sk = LENGTHS[lengths]
     q, k, v = leaves((b, h, hkv, sq, sk, d), dtype, device)
@@ -94,9 +105,10 @@ def test_gradients_within_pytorchs_error(dtype, d, mask, heads, lengths, device)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_same_bits_in_every_thread_order(dtype, device):
-    """No atomics: every element of dq, dk and dv is one lane's sum in a fixed order,
-    so a missing barrier is the only way for an order to change a bit."""
+def test_same_bits_in_every_thread_order(dtype, step, device):
+    """No atomics: every element of dq, dk and dv (and of step 2's dQ slots) is one
+    lane's sum in a fixed order, so a missing barrier is the only way for an order to
+    change a bit."""
     q, k, v = leaves((2, 4, 2, 70, 90, 64), dtype, device, seed=2)
     do = upstream(q, seed=3)
     for _, opts, mask in ab.masks.cases(2, 4, 70, 90, dtype=dtype,
@@ -114,7 +126,7 @@ def test_same_bits_in_every_thread_order(dtype, device):
     ((1, 4, 2, 70, 67, 64), dict(is_causal=True)),
     ((2, 2, 1, 40, 45, 128), dict(window=9, key_lengths=torch.tensor([45, 7]))),
 ])
-def test_clean_under_the_sanitizers(shape, opts):
+def test_clean_under_the_sanitizers(shape, opts, step):
     """memcheck and racecheck on the emulator, GQA and masks, off every tile, two
     tiles or more each way (a missing barrier between tiles is a race)."""
     q, k, v = leaves(shape, torch.float16, "cpu", seed=4)
@@ -232,3 +244,65 @@ def test_opcheck_of_the_forward_with_its_autograd_and_the_backward(device):
     torch.library.opcheck(torch.ops.attnbook.flash_tc_backward.default,
                           (upstream(q), *(t.detach() for t in (q, k, v)), o, lse,
                            None, *masks))
+
+
+def step2_grads(q, k, v, do, slots, is_causal=True):
+    """dq, dk, dv of step 2 with ``slots`` dQ slots, by the op itself."""
+    o, lse = (t.detach() for t in ab.flash_attention_tc(q, k, v, is_causal=is_causal,
+                                                        return_lse=True))
+    return torch.ops.attnbook.flash_tc_backward(
+        do, *(t.detach() for t in (q, k, v)), o, lse, None, None, None,
+        [int(is_causal), 0, 0], q.shape[-1] ** -0.5, 2, slots)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_step_2s_slots_change_only_the_order_of_dqs_sums(dtype, device):
+    """Three key blocks in one, two or three slots (a block then visits several key
+    blocks, reloading K and V): dK and dV are the same bits whatever the slots, dQ
+    differs by the order of its fp32 sums only, and each run is within PyTorch's
+    error."""
+    q, k, v = leaves((1, 4, 2, 70, 300, 64), dtype, device, seed=12)
+    do = upstream(q, seed=13)
+    runs = [step2_grads(q, k, v, do, slots) for slots in (1, 2, 3)]
+    sdpa_mask = ab.masks.cases(1, 4, 70, 300, device=device)[1].sdpa_mask
+    for run in runs:
+        check_grads(run, q, k, v, do, dict(is_causal=True), sdpa_mask)
+        assert torch.equal(run[1], runs[0][1]) and torch.equal(run[2], runs[0][2])
+        torch.testing.assert_close(run[0], runs[0][0], rtol=0, atol=4e-3)
+
+
+def test_step_2_with_fewer_slots_than_key_blocks_is_race_free_and_ordered():
+    """One block over three key blocks: its K, V and tile buffers are reused across
+    key blocks (a missing barrier there is a race), and its dQ slot is read and
+    written in the same order in every thread order."""
+    q, k, v = leaves((1, 2, 1, 40, 300, 64), torch.float16, "cpu", seed=14)
+    do = upstream(q, seed=15)
+    plain = step2_grads(q, k, v, do, 1, is_causal=False)
+    with ab.sanitize():
+        checked = step2_grads(q, k, v, do, 1, is_causal=False)
+    assert all(torch.equal(a, b) for a, b in zip(checked, plain))
+    for order in ORDERS[1:]:
+        with ab.thread_order(*order):
+            again = step2_grads(q, k, v, do, 1, is_causal=False)
+        assert all(torch.equal(a, b) for a, b in zip(again, plain))
+
+
+def test_steps_and_slots_out_of_range_are_clear_errors(device):
+    q, k, v = leaves((1, 2, 2, 5, 6, 64), torch.float16, device)
+    o, lse = (t.detach() for t in ab.flash_attention_tc(q, k, v, return_lse=True))
+    args = (o, *(t.detach() for t in (q, k, v)), o, lse, None, None, None, [0, 0, 0],
+            0.125)
+    backward = torch.ops.attnbook.flash_tc_backward
+    with pytest.raises(RuntimeError, match="steps 1 and 2, not 3"):
+        backward(*args, 3)
+    with pytest.raises(RuntimeError, match="slots must be >= 0"):
+        backward(*args, 2, -1)
+
+
+@pytest.mark.parametrize("capability, want", [((7, 5), 1), ((8, 0), 2), ((9, 0), 2)])
+def test_a_t4_runs_step_1_and_sm_80_on_step_2(capability, want, monkeypatch):
+    """Step 2's tiles take 81 KB (D = 64) and 145 KB (D = 128) of shared memory: more
+    than sm_75 gives a block (64 KB)."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
+    assert ab.ops.backward_tc.tc_backward_step(torch.device("cuda")) == want
+    assert ab.ops.backward_tc.tc_backward_step(torch.device("cpu")) == 2

@@ -76,7 +76,8 @@ class Spec:
     names, launch by launch, the instantiation ptxas compiled for it
     (``"flash_fwd_fp32_kernel<64, 64, 32>"``; "" where the kernel's name is enough);
     ``flops`` (FMA = 2) and ``min_bytes`` are the operation's own, ``tensor_cores``
-    whether its FLOPs run on them."""
+    whether its FLOPs run on them, ``archs`` the architectures of :data:`ARCHS` that
+    run it (ptxas's figures are drawn for those)."""
     name: str
     chapter: str
     shape: str
@@ -87,6 +88,7 @@ class Spec:
     kernels: tuple = ()
     tensor_cores: bool = False
     prepare: Callable = tuple
+    archs: tuple = ARCHS
 
 
 @dataclasses.dataclass
@@ -214,14 +216,14 @@ def _memory(launch) -> dict:
 
 def design_card(spec: Spec) -> Card:
     """The card of ``spec``: its run under the emulator's profile and ptxas for every
-    architecture of :data:`ARCHS` (nvcc needed, no GPU); for a tensor-core kernel, its
+    architecture of ``spec.archs`` (nvcc needed, no GPU); for a tensor-core kernel, its
     SASS for :data:`SASS_ARCHS` where nvdisasm is installed (for the fp32 kernels of
     :data:`FMA_CHAPTERS`, its FFMA loop)."""
     args = spec.prepare()
     with profile() as report:
         spec.run(*args)
     text = kernel_source(spec.source)
-    static = {arch: ptxas_report(text, arch) for arch in ARCHS}
+    static = {arch: ptxas_report(text, arch) for arch in spec.archs}
     loops = ({arch: sass_report(text, arch) for arch in SASS_ARCHS}
              if spec.tensor_cores and find_nvdisasm() else {})
     fmas = ({arch: fma_report(text, arch) for arch in SASS_ARCHS}
@@ -236,7 +238,7 @@ def design_card(spec: Spec) -> Card:
         name = _instance(static["sm_80"], launch.kernel, compiled)
         threads = launch.block[0] * launch.block[1] * launch.block[2]
         per_arch = {}
-        for arch in ARCHS:
+        for arch in spec.archs:
             st = dict(static[arch][name])
             occ = occupancy(st["registers"], st["shared_bytes"] + launch.shared_bytes,
                             threads, arch)
@@ -334,16 +336,27 @@ def _loop_table(cards, arch, field, header, row) -> str:
                      + [f"{name:{width}s}{row(m)}" for name, m in named])
 
 
-def hot_loops(cards, arch: str = "sm_90") -> str:
+# The columns of hot_loops: heading -> (width, the figure of a LoopMix as text).
+HOT_LOOP_COLUMNS = {
+    "HMMA": (5, lambda m: f"{m.hmma:d}"),
+    "other/HMMA": (11, lambda m: f"{m.other_per_hmma:.2f}"),
+    "LDSM/HMMA": (10, lambda m: f"{m.ldsm_per_hmma:.2f}"),
+    "BAR/256": (8, lambda m: f"{m.barriers_per_256_hmma:.1f}"),
+    "MUFU": (5, lambda m: f"{m.count('MUFU'):d}"),
+    "FMNMX": (6, lambda m: f"{m.count('FMNMX'):d}"),
+    "WARPSYNC": (9, lambda m: f"{m.count('WARPSYNC'):d}"),
+    "local": (6, lambda m: f"{m.local:d}")}
+
+
+def hot_loops(cards, arch: str = "sm_90", columns=tuple(HOT_LOOP_COLUMNS)) -> str:
     """A narrow text table of the tensor-core kernels of ``cards``: their hot loop in
     ``arch``'s SASS, a row per kernel (HMMA there, other instructions, ldmatrix and
-    barriers per HMMA, MUFU, FMNMX and WARPSYNC counts, local-memory accesses)."""
+    barriers per HMMA, MUFU, FMNMX and WARPSYNC counts, local-memory accesses; or the
+    ``columns`` of :data:`HOT_LOOP_COLUMNS` named)."""
+    shown = [(name, *HOT_LOOP_COLUMNS[name]) for name in columns]
     return _loop_table(
-        cards, arch, "sass", f"{'HMMA':>5}{'other/HMMA':>11}{'LDSM/HMMA':>10}"
-        f"{'BAR/256':>8}{'MUFU':>5}{'FMNMX':>6}{'WARPSYNC':>9}{'local':>6}",
-        lambda m: f"{m.hmma:5d}{m.other_per_hmma:11.2f}{m.ldsm_per_hmma:10.2f}"
-                  f"{m.barriers_per_256_hmma:8.1f}{m.count('MUFU'):5d}"
-                  f"{m.count('FMNMX'):6d}{m.count('WARPSYNC'):9d}{m.local:6d}")
+        cards, arch, "sass", "".join(f"{name:>{w}}" for name, w, _ in shown),
+        lambda m: "".join(f"{text(m):>{w}}" for _, w, text in shown))
 
 
 def fma_loops(cards, arch: str = "sm_90") -> str:
@@ -420,26 +433,29 @@ def _forward_for_backward(d, dtype=torch.float32):
 
 def _backward_run(step, q, k, v, o, lse):
     masks = (None, None, None, [0, 0, 0], q.shape[-1] ** -0.5)
-    if step == "tc":
-        flash_tc_backward(torch.ones_like(o), q, k, v, o, lse, *masks)
+    if isinstance(step, str):   # "tc 1", "tc 2"
+        flash_tc_backward(torch.ones_like(o), q, k, v, o, lse, *masks, int(step[3:]))
     else:
         flash_backward(torch.ones_like(o), q, k, v, o, lse, *masks, step)
 
 
 def _backward_spec(step, d):
-    """Chapter 11's backward, step ``step`` at head dim ``d`` (step "tc": the
-    tensor-core backward, fp16). FLOPs: 2.5 times the forward's (FlashAttention's
+    """Chapter 11's backward, step ``step`` at head dim ``d`` (steps "tc 1" and "tc 2":
+    the tensor-core backward's, fp16). FLOPs: 2.5 times the forward's (FlashAttention's
     convention); bytes: read q, k, v, o, dO and the lse, write dq, dk, dv."""
-    tc = step == "tc"
-    rows = 32 if d == 64 else 16   # the dK/dV kernel's query tile
+    tc = isinstance(step, str)
+    rows = 32 if d == 64 else 16   # step 1's dK/dV kernel's query tile
+    delta = "flash_bwd_tc_delta_kernel<__half>"
     kernels = {1: ("", f"flash_bwd_dkdv_kernel<{d}, {16 if d == 64 else 8}, 32>",
                    f"flash_bwd_dq_kernel<{d}, 64, 32>"),
                2: ("", f"flash_bwd_dkdv_lanes_kernel<{d}>",
                    f"flash_bwd_dq_lanes_kernel<{d}>"),
-               "tc": ("flash_bwd_tc_delta_kernel<__half>",
-                      f"flash_bwd_tc_dkdv_kernel<__half, {d}, {rows}, 4>",
-                      f"flash_bwd_tc_dq_kernel<__half, {d}, 32, 4>")}
-    name = "flash tc backward" if tc else f"flash fp32 backward step {step}"
+               "tc 1": (delta, f"flash_bwd_tc_dkdv_kernel<__half, {d}, {rows}, 4>",
+                        f"flash_bwd_tc_dq_kernel<__half, {d}, 32, 4>"),
+               "tc 2": (delta, f"flash_bwd_tc_fa2_kernel<__half, {d}, 64, 8>",
+                        "flash_bwd_tc_dq_sum_kernel<__half>")}
+    name = (f"flash tc backward step {step[3:]}" if tc
+            else f"flash fp32 backward step {step}")
     shape = _SHAPE.replace(f"D={D}", f"D={d}") + (" fp16" if tc else "")
     return Spec(f"{name}{'' if d == D else f' D={d}'}", "11", shape,
                 "flash_bwd_tc.cu" if tc else "flash_bwd_fp32.cu",
@@ -449,7 +465,9 @@ def _backward_spec(step, d):
                            + 4.0 * B * H * S),
                 prepare=lambda: _forward_for_backward(
                     d, torch.float16 if tc else torch.float32),
-                kernels=kernels[step], tensor_cores=tc)
+                kernels=kernels[step], tensor_cores=tc,
+                # step 2's tiles need sm_80's shared memory: sm_75 runs step 1
+                archs=SASS_ARCHS if step == "tc 2" else ARCHS)
 
 
 _TC_KERNELS = {
@@ -515,7 +533,7 @@ SPECS = [
       for paged in (False, True)
       for size, dtype, kernel in ((2, torch.float16, "decode_tc_kernel<__half, 128>"),
                                   (4, torch.float32, "decode_kernel<float, 128>"))),
-    *(_backward_spec(step, d) for step in (1, 2, "tc") for d in (D, 128)),
+    *(_backward_spec(step, d) for step in (1, 2, "tc 1", "tc 2") for d in (D, 128)),
 ]
 
 

@@ -26,9 +26,9 @@ __all__ = ["SUITES", "PEER_SUITES", "attention_suite"]
 B, H, D = 4, 8, 64   # the book's headline attention shape (fp32)
 
 
-def _qkv(S, dtype=torch.float32, seed=0):
+def _qkv(S, dtype=torch.float32, seed=0, d=D):
     g = torch.Generator(device="cuda").manual_seed(seed)
-    return [torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=g)
+    return [torch.randn(B, H, S, d, device="cuda", dtype=dtype, generator=g)
             for _ in range(3)]
 
 
@@ -351,21 +351,26 @@ def chapter11():
 
 def chapter11_tc():
     """One backward pass (the forward excluded) of the book's tensor-core backward
-    (ab.attention in fp16 and bf16) against SDPA's backends in the same dtype, B=4,
-    H=8, D=64, S = 512 … 4096, causal and not, with the peak memory it allocates.
-    FLOPs: 2.5 × the forward's, as chapter 11's fp32 suite counts them."""
+    (ab.attention in fp16 and bf16, and step 1 by name) against SDPA's backends in the
+    same dtype, B=4, H=8, D = 64 and 128, S = 512 … 8192, causal and not, with the
+    peak memory it allocates. FLOPs: 2.5 × the forward's, as chapter 11's fp32 suite
+    counts them."""
     peaks, rows = bench.device_peaks(), []
     bf16 = torch.cuda.get_device_capability() >= (8, 0)
     dtypes = [torch.float16] + ([torch.bfloat16] if bf16 else [])
-    for dt, causal, S in itertools.product(dtypes, (False, True),
-                                           (512, 1024, 2048, 4096)):
-        q, k, v = (t.requires_grad_() for t in _qkv(S, dt))
+    for dt, d, causal, S in itertools.product(dtypes, (D, 128), (False, True),
+                                              (512, 1024, 2048, 4096, 8192)):
+        case = dict(S=S, B=B, H=H, D=d, causal=causal, dtype=str(dt)[6:])
+        if not bench.kept(case):
+            continue
+        q, k, v = (t.requires_grad_() for t in _qkv(S, dt, d=d))
         do = torch.randn_like(q)
-        case = dict(S=S, B=B, H=H, D=D, causal=causal, dtype=str(dt)[6:])
-        work = dict(flops=2.5 * bench.attention_flops(B, H, S, S, D, causal),
-                    bytes=bench.attention_bytes(B, H, S, S, D, itemsize=2) * 2,
+        work = dict(flops=2.5 * bench.attention_flops(B, H, S, S, d, causal),
+                    bytes=bench.attention_bytes(B, H, S, S, d, itemsize=2) * 2,
                     peaks=peaks, compute="fp16_tflops")
-        outs = {"attnbook tc": attention(q, k, v, is_causal=causal)}
+        outs = {"attnbook tc": attention(q, k, v, is_causal=causal),
+                "attnbook tc step 1": flash_attention_tc(q, k, v, is_causal=causal,
+                                                         backward_step=1)}
         rows += _backward_rows(outs, ("flash", "efficient", "cudnn"), q, k, v, do,
                                case, work)
         del q, k, v, do, outs

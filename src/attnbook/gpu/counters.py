@@ -5,7 +5,8 @@
     python -m attnbook.gpu.counters --list
 
 Each launch is one kernel call at a shape that fills an H100/H200 (the chapter 8
-forward at fp16, D = 128, B 8, H 16, S 4096; chapter 9's decode at B 16, L 32768),
+forward at fp16, D = 128, B 8, H 16, S 4096; chapter 11's backward at fp16, D = 64, B 4,
+H 16, S 4096; chapter 9's decode at B 16, L 32768),
 run once to warm up and once more between ``cudaProfilerStart`` and ``Stop``, so
 ``ncu --profile-from-start off`` counts that call's kernels and nothing else (not the
 inputs' random fill, not a build). Per launch ``DIR/<launch>.csv`` is ncu's raw page:
@@ -65,6 +66,7 @@ KEPT = {"time_ns": "gpu__time_duration.sum",
         "spill_instructions": "sass__inst_executed_register_spilling"}
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio")
 FORWARD = dict(b=8, h=16, s=4096, d=128)
+BACKWARD = dict(b=4, h=16, s=4096, d=64)
 DECODE = dict(b=16, length=32768)
 
 
@@ -87,6 +89,26 @@ def _forward(name):
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(q, k, v)
     return sdpa
+
+
+def _backward(name):
+    """One backward pass of chapter 11 at the backward's shape (fp16): the forward's
+    graph is made once and kept, the call is dO into q, k and v."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from ..ops import flash_attention_tc
+    g = torch.Generator(device="cuda").manual_seed(0)
+    b, h, s, d = BACKWARD.values()
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16,
+                           generator=g).requires_grad_() for _ in range(3))
+    if name.startswith("step "):
+        o = flash_attention_tc(q, k, v, backward_step=int(name[5:]))
+    else:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            o = F.scaled_dot_product_attention(q, k, v)
+    do = torch.randn(o.shape, device="cuda", dtype=o.dtype, generator=g)
+    return lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)[0]
 
 
 def _decode(name):
@@ -113,6 +135,8 @@ def _decode(name):
 LAUNCHES = {
     **{f"forward {n}": (lambda n=n: _forward(n))
        for n in ("step 3", "step 4", "step 5", "step 6", "sdpa flash", "sdpa cudnn")},
+    **{f"backward {n}": (lambda n=n: _backward(n))
+       for n in ("step 1", "step 2", "sdpa flash")},
     **{f"decode {n}": (lambda n=n: _decode(n)) for n in ("split-K", "no split",
                                                           "sdpa")},
 }
@@ -172,6 +196,11 @@ def _work(name: str) -> dict:
         return dict(shape=dict(FORWARD, dtype="float16", causal=False),
                     flops=attention_flops(b, h, s, s, d),
                     bytes=attention_bytes(b, h, s, s, d, itemsize=2))
+    if name.startswith("backward"):   # FLOPs and bytes as chapter 11's suites count
+        b, h, s, d = BACKWARD.values()
+        return dict(shape=dict(BACKWARD, dtype="float16", causal=False),
+                    flops=2.5 * attention_flops(b, h, s, s, d),
+                    bytes=2 * attention_bytes(b, h, s, s, d, itemsize=2))
     return dict(shape=dict(DECODE, h=DECODE_H, hkv=DECODE_HKV, d=DECODE_D,
                            dtype="float16"),
                 flops=0.0, bytes=decode_bytes(DECODE["b"], DECODE["length"]))

@@ -99,6 +99,9 @@ LAUNCHES = {
         dev, lambda q, k, v: ops.attention(q, k, v, is_causal=True, enable_gqa=True),
         d, t))
        for n, d, t in (("fp16", 64, torch.float16), ("bf16", 128, torch.bfloat16))},
+    "tensor cores backward step 1": lambda dev: _backward(
+        dev, lambda q, k, v: ops.flash_attention_tc(
+            q, k, v, is_causal=True, backward_step=1), 64, torch.float16),
 }
 
 

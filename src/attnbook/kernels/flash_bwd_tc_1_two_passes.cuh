@@ -11,9 +11,9 @@
 // The fragment of Pᵀ or dSᵀ is already the A operand of the next mma (rows g and g + 8,
 // columns 2t, 2t + 1 of each 8-column slice), so P never goes through shared memory:
 // it is rounded to T in registers, as the forward's step 5 does.
-// dQ: a block per Br = 16·Warps query rows of one (batch, head), streaming K and V tiles
-// of Bc keys as the forward does: S = Q Kᵀ, dP = dO Vᵀ, dS as above, and dQ += dS K in
-// fp32 registers (× scale at the end).
+// dQ: a block per Br = 16·Warps query rows of one (batch, head), streaming K and V
+// tiles of Bc keys as the forward does: S = Q Kᵀ, dP = dO Vᵀ, dS as above, and
+// dQ += dS K in fp32 registers (× scale at the end).
 //
 // dQ by a separate pass, not by atomics: with a block per key tile, every key block
 // adds to every dq_i, and fp32 atomicAdd from many blocks in an order that changes from

@@ -107,6 +107,17 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
 #endif
 }
 
+// The same for 4 bytes (cp.async.ca: through L1, the only path below 16 bytes).
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(addr), "l"(gmem)
+               : "memory");
+#else
+  *static_cast<uint32_t*>(smem) = *static_cast<const uint32_t*>(gmem);
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::: "memory");

@@ -39,11 +39,13 @@ TC_SWEEP = {64: ((128, 64),), 128: ((64, 64), (128, 32))}
 def flash_tc_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      bias: Optional[torch.Tensor], key_lengths: Optional[torch.Tensor],
                      mask_options: list[int], scale: float, step: int, block_q: int,
-                     block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+                     block_k: int, backward_step: int = 0
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """Step ``step`` of chapter 8 on checked fp16/bf16 inputs (head_dim 64 or 128): o
     [B, H, Sq, D] in q's dtype and the float32 log-sum-exp [B, H, Sq]. Inputs whose rows
     do not start on 16 bytes are copied first; on a GPU, first the device's checks
-    (inside the op, which ``torch.compile`` does not trace)."""
+    (inside the op, which ``torch.compile`` does not trace). ``backward_step``: the step
+    of chapter 11's tensor-core backward autograd runs (0: the device's default)."""
     _check_device(q.dtype, q.device, step, q.shape[-1], (block_q, block_k))
     module = extension("flash_tc").module(q.device)
     none = q.new_empty(0, dtype=torch.float32)
@@ -55,7 +57,8 @@ def flash_tc_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 @flash_tc_forward.register_fake
-def _(q, k, v, bias, key_lengths, mask_options, scale, step, block_q, block_k):
+def _(q, k, v, bias, key_lengths, mask_options, scale, step, block_q, block_k,
+      backward_step=0):
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
@@ -103,9 +106,10 @@ def _tiles(step: int, d: int, tiles) -> tuple:
     return tiles
 
 
-def tc_forward(a, step: int = TC_FASTEST, tiles=None):
+def tc_forward(a, step: int = TC_FASTEST, tiles=None, backward_step: int = 0):
     """o [B, H, Sq, D] and lse [B, H, Sq] of step ``step`` on checked half-precision
-    arguments (:class:`~attnbook.args.attention.AttentionArgs`)."""
+    arguments (:class:`~attnbook.args.attention.AttentionArgs`), differentiable through
+    step ``backward_step`` of the backward (0: the device's default)."""
     d = a.q.shape[-1]
     if d > max(TC_HEAD_DIMS):
         raise ValueError(f"head_dim {d} is not supported by the tensor-core kernels: "
@@ -116,13 +120,13 @@ def tc_forward(a, step: int = TC_FASTEST, tiles=None):
     qkv = ((a.q, a.k, a.v) if dp == d
            else (F.pad(t, (0, dp - d)) for t in (a.q, a.k, a.v)))
     o, lse = flash_tc_forward(*qkv, a.bias, a.key_lengths, a.mask_options, a.scale,
-                              step, *tiles)
+                              step, *tiles, backward_step)
     return (o, lse) if dp == d else (o[..., :d], lse)
 
 
 def flash_attention_tc(q, k, v, attn_mask=None, is_causal=False, scale=None, *,
                        key_lengths=None, step=TC_FASTEST, tiles=None,
-                       return_lse=False, **mask):
+                       backward_step=0, return_lse=False, **mask):
     """softmax(q kᵀ · scale + mask) v on tensor cores, for float16 and bfloat16 inputs
     (bfloat16 needs sm_80 on a GPU; the emulator runs both). Arguments as for
     :func:`attnbook.attention`; head_dim up to 128 (64 and 128 run as they are, others
@@ -131,9 +135,11 @@ def flash_attention_tc(q, k, v, attn_mask=None, is_causal=False, scale=None, *,
     = (Br, Bc): :func:`tc_tiles` by default, or for step 5 one of :data:`TC_SWEEP`.
     Returns o in q's dtype (and the float32 log-sum-exp if ``return_lse``),
     differentiable in q, k and v through the tensor-core backward
-    (:mod:`attnbook.ops.backward_tc`), whichever step ran."""
+    (:mod:`attnbook.ops.backward_tc`), whichever step ran: its step
+    ``backward_step`` (:data:`~attnbook.ops.backward_tc.FLASH_BWD_TC_STEPS`; 0, the
+    default: :func:`~attnbook.ops.backward_tc.tc_backward_step`'s)."""
     a = attention_args(q, k, v, attn_mask, 0.0, is_causal, scale,
                        key_lengths=key_lengths, dtypes=HALF_PRECISION, **mask)
-    o, lse = tc_forward(a, step, tiles)
+    o, lse = tc_forward(a, step, tiles, backward_step)
     o = a.output(o)
     return (o, lse.reshape(a.out_shape[:-1])) if return_lse else o
