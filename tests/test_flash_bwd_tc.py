@@ -306,3 +306,15 @@ def test_a_t4_runs_step_1_and_sm_80_on_step_2(capability, want, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
     assert ab.ops.backward_tc.tc_backward_step(torch.device("cuda")) == want
     assert ab.ops.backward_tc.tc_backward_step(torch.device("cpu")) == 2
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sq, sk", [(200, 260), (300, 260)])
+def test_step_2s_causal_diagonal_tiles(dtype, sq, sk, device):
+    """Whole key blocks of 128 (D = 64) under a causal mask: the tiles on the diagonal
+    take step 2's causal-only path; Sq > Sk leaves rows with no key."""
+    q, k, v = leaves((1, 4, 2, sq, sk, 64), dtype, device, seed=16)
+    do = upstream(q, seed=17)
+    sdpa_mask = ab.masks.cases(1, 4, sq, sk, device=device)[1].sdpa_mask
+    got = step2_grads(q, k, v, do, 0)
+    check_grads(got, q, k, v, do, dict(is_causal=True), sdpa_mask)

@@ -33,8 +33,10 @@
 //
 // Masks as step 1: a key block visits only the query tiles its keys may see; inside a
 // masked tile a masked key, a key past Sk or a row past Sq gets p = 0 and ds = 0
-// exactly. Rows past Sq in a tile without a mask are zero rows of Q and dO whose L is
-// staged as +inf: their p = 2^(−inf) = 0.
+// exactly. At D = 64 a tile whose only rule is the causal one (the diagonal of a
+// causal mask) costs a compare and two selects per score, as in chapter 8's step 6;
+// the other masked tiles evaluate every rule per score. Rows past Sq in a tile that is
+// not masked are zero rows of Q and dO whose L is staged as +inf: p = 2^(−inf) = 0.
 #pragma once
 #include "flash_bwd_tc.cuh"
 
@@ -49,14 +51,19 @@ constexpr int bwd_fa2_bytes() {
 // The warp's raw Sᵀ and dPᵀ (rows: keys row0 + …, columns: queries col0 + …) become
 // Pᵀ and dSᵀ, packed two by two as the A operands of dV += Pᵀ dO and dK += dSᵀ Q. L and
 // D of the tile's rows: Lt, Dt in shared memory, read where they are used (held for
-// the whole tile they would take Br/2 registers). Masked: every rule (mask_scores'
-// masked case, transposed); otherwise one FFMA and one MUFU.EX2 per p.
+// the whole tile they would take Br/2 registers). Unmasked: one FFMA and one MUFU.EX2
+// per p. Masked: every rule (mask_scores' masked case, transposed), unless the causal
+// one is the tile's only rule (tile_causal_only: every key exists): then key j of
+// query i is admitted when j − i <= Sk − Sq, one integer compare against a constant per
+// score, since j − i − row0 − g + col0 + 2t is the constant 8·(e / 2) − 8n − e % 2.
 template <class T, bool Masked, int NB>
 __device__ __forceinline__ void probs_and_dscores_packed(
     uint32_t (&pa)[NB / 2][4], uint32_t (&da)[NB / 2][4], float (&s)[NB][4],
     float (&dp)[NB][4], const float* Lt, const float* Dt, float c,
-    const MaskParams& mask, int b, int h, int row0, int col0, int Sq, int Sk,
-    float scale, int lane) {
+    const MaskParams& mask, bool causal_only, int b, int h, int row0, int col0,
+    int Sq, int Sk, float scale, int lane) {
+  const int last = mask.causal ? col0 + 2 * (lane % 4) + Sk - Sq - row0 - lane / 4
+                               : 8;   // the largest 8·(e / 2) − 8n − e % 2 admitted
 #pragma unroll
   for (int n = 0; n < NB; ++n) {
     const float2 L = *reinterpret_cast<const float2*>(Lt + 8 * n + 2 * (lane % 4));
@@ -65,7 +72,11 @@ __device__ __forceinline__ void probs_and_dscores_packed(
     for (int e = 0; e < 4; ++e) {
       const float nl = (e % 2 ? L.y : L.x) * -kLog2e, d = e % 2 ? Dn.y : Dn.x;
       float p;
-      if constexpr (Masked) {
+      if (Masked && causal_only) {
+        const bool admitted = 8 * (e / 2) - 8 * n - e % 2 <= last;
+        p = admitted ? exp2_approx(fmaf(s[n][e], c, nl)) : 0.f;
+        dp[n][e] = admitted ? p * (dp[n][e] - d) : 0.f;
+      } else if (Masked) {
         const int j = row0 + lane / 4 + 8 * (e / 2);
         const int i = col0 + 8 * n + 2 * (lane % 4) + e % 2;
         const float m =
@@ -106,6 +117,9 @@ __global__ void __launch_bounds__(32 * Warps, 1)
   constexpr int Bc = 16 * Warps, Threads = 32 * Warps, NB = Br / 8, ND = D / 8;
   constexpr int RowGroups = Br / 16, Dw = D * RowGroups / Warps;   // dQ: 16 x Dw a warp
   static_assert(Warps % RowGroups == 0 && Dw % 16 == 0, "whole warps of dQ tiles");
+  // The diagonal's own path at D = 64 only: at D = 128 its registers, added to the
+  // masked tiles' and live beside dK and dV (D floats a lane), spill into the hot loop.
+  constexpr bool kCausalTiles = D <= 64;
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t *Ks = smem, *Vs = Ks + Bc * D, *Qs = Vs + Bc * D, *dOs = Qs + 2 * Br * D;
   uint16_t* dSs = dOs + 2 * Br * D;                          // dSᵀ [Bc][Br]
@@ -195,8 +209,11 @@ __global__ void __launch_bounds__(32 * Warps, 1)
             mma16816<T>(dp[n0 / 8 + 1], va, ob + 2);
           }
         }
-        probs_and_dscores_packed<T, Masked>(pa, da, s, dp, Lt, Dt, c, mask, b, h,
-                                            j0 + 16 * warp, i0, Sq, Sk, a.scale, lane);
+        const bool causal_only =
+            Masked && kCausalTiles && tile_causal_only(mask, b, j0 + Bc, Sk);
+        probs_and_dscores_packed<T, Masked>(pa, da, s, dp, Lt, Dt, c, mask,
+                                            causal_only, b, h, j0 + 16 * warp, i0, Sq,
+                                            Sk, a.scale, lane);
       }
       // dSᵀ to shared memory: the lane's pair (rows g, g + 8; columns 8n + 2t, + 1)
       // of each 8-column slice n, one 32-bit store each, conflict-free (swizzled).
