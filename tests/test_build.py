@@ -265,6 +265,17 @@ def test_kernel_file_compiles_with_nvcc(path, arch):
                 and r["shared_bytes"] >= 0), kernel
 
 
+@pytest.mark.skipif(find_nvcc() is None,
+                    reason="nvcc (CUDA toolkit) not installed: compile check skipped")
+def test_the_hopper_probes_compile_with_nvcc_for_sm_90a():
+    """The kernels the emulator's wgmma, TMA and mbarrier tests run are what nvcc
+    builds for sm_90a: nvcc's ptxas checks the same instructions."""
+    report = ab.ptxas_report((HERE / "hopper_probe.cu").read_text(), "sm_90a")
+    assert {"wgmma_probe<8>", "wgmma_probe<64>", "tma_load_probe", "tma_store_probe",
+            "mbarrier_ring", "elect_probe", "setmaxnreg_probe"} <= {
+        k.split("(")[0].replace("void ", "") for k in report}
+
+
 def notebook_kernels():
     """{"NN_NAME@cell": text} of every kernel a notebook writes: a name bound to a
     string that holds a ``__global__`` function. (A kernel written inline in a call is

@@ -322,7 +322,9 @@ class Build:
         """The host compiler's flags: the emulator's, the architecture, the user's,
         the checked build's."""
         own = [f for f in CPU_FLAGS if not (program and f == FRAME_LIMIT)]
-        return [*own, f"-DATTNBOOK_EMU_ARCH={arch_number(self.arch)}", *self.cflags,
+        return [*own, f"-DATTNBOOK_EMU_ARCH={arch_number(self.arch)}",
+                f"-DATTNBOOK_EMU_ARCH_FEATURES={int(self.arch.endswith('a'))}",
+                *self.cflags,
                 *(f"-D{d}" for d in self.defines), *(CHECKED_FLAGS if checked else ())]
 
     def full_name(self, units, flags, *more) -> str:

@@ -21,7 +21,14 @@ with the asm's operands as arguments, following the PTX ISA:
   with ``@p`` predicates, ``.reg`` temporaries, fences and prefetches (nothing to do on
   the emulator), scalar arithmetic (``add``, ``sub``, ``mul`` .lo/.hi/.wide, ``mad``,
   ``fma.rn``, ``min``, ``max``, ``div``, ``neg``, ``abs``, bitwise, shifts, ``lop3``,
-  ``prmt``) in round-to-nearest.
+  ``prmt``) in round-to-nearest;
+* Hopper's (``include/emu_hopper.h``): ``mbarrier`` (init, inval, arrive, arrive_drop,
+  expect_tx, complete_tx, try_wait and test_wait, with .parity or a state), labels and
+  ``bra`` (a wait loop), ``elect.sync``, ``setmaxnreg``, ``cp.async.bulk.tensor`` 1-5d
+  loads on an mbarrier and stores in bulk groups (tensor maps from
+  ``cuTensorMapEncodeTiled``), ``cp.async.bulk`` copies, and ``wgmma`` (fence,
+  commit_group, wait_group; mma_async m64nNk16, f16/bf16 into f32, A from registers or
+  shared memory, both through matrix descriptors with every swizzle).
 
 Any other instruction is a :class:`SyntaxError` naming it and its line, in the header
 it was written in where it came from one (``compile`` reports it as a
@@ -38,7 +45,9 @@ __all__ = ["to_cpp", "SUPPORTED"]
 SUPPORTED = ("mma.sync", "ldmatrix", "cp.async", "cvta", "cvt", "mov", "ld", "st",
              "integer and float arithmetic", "lop3", "prmt",
              "ex2.approx", "lg2/rcp/sqrt/rsqrt/sin/cos/tanh.approx", "shfl.sync",
-             "bar.sync/bar.arrive", "setp", "membar/fence", "prefetch")
+             "bar.sync/bar.arrive", "setp", "membar/fence", "prefetch", "bra",
+             "mbarrier", "elect.sync", "setmaxnreg", "cp.async.bulk(.tensor)",
+             "wgmma")
 
 _ASM = re.compile(r"(?<![\w.])(?:asm|__asm__|__asm)\s*"
                   r"(?:(?:volatile|__volatile__|inline|goto)\s*)*\(")
@@ -65,6 +74,11 @@ _ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "min": 2, "max": 2, "and": 2,
           "fma": 3, "mad": 3}
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
         "lo": "<", "ls": "<=", "hi": ">", "hs": ">="}
+
+
+# wgmma and setmaxnreg are sm_90a's (nvcc: "not supported on .target 'sm_90'").
+_SM90A = ('static_assert(ATTNBOOK_EMU_ARCH_FEATURES, "wgmma and setmaxnreg need '
+          'sm_90a: build for arch sm_90a");')
 
 
 class _Unsupported(Exception):
@@ -96,7 +110,8 @@ def _split(text: str, masked: str, sep: str) -> list[tuple[int, int]]:
 class _Asm:
     """One asm statement: its operands bound to C++ names, its PTX turned into C++."""
 
-    def __init__(self, body: str, masked: str):
+    def __init__(self, body: str, masked: str, site: int = 0):
+        self.site = site
         sections = [(body[a:b], masked[a:b]) for a, b in _split(body, masked, ":")]
         self.template = _strings(sections[0][0])
         self.binds, self.kinds, self.names, self.regs = [], [], {}, {}
@@ -135,7 +150,7 @@ class _Asm:
         if m:
             return f"attnbook_o{m.group(1)}"
         if tok in self.regs:
-            return f"attnbook_r_{tok}"
+            return f"attnbook_r_{tok.lstrip('@')}"
         raise _Unsupported(f"destination {tok!r}")
 
     def read(self, tok: str, kind: str = "u32") -> str:
@@ -144,7 +159,7 @@ class _Asm:
         if m:
             return f"{_E}{kind}(attnbook_o{m.group(1)})"
         if tok in self.regs:
-            return f"{_E}{kind}(attnbook_r_{tok})"
+            return f"{_E}{kind}(attnbook_r_{tok.lstrip('@')})"
         if tok.startswith("@@"):
             if tok[2:] not in _SPECIAL:
                 raise _Unsupported(f"special register %{tok[2:]}")
@@ -183,14 +198,25 @@ class _Asm:
         out = []
         for stmt in text.split(";"):
             stmt = stmt.strip()
-            while stmt[:1] in ("{", "}"):         # scopes: { .reg .u64 t; ... }
-                stmt = stmt[1:].strip()
+            while True:
+                if stmt[:1] in ("{", "}"):        # scopes: { .reg .u64 t; ... }
+                    stmt = stmt[1:].strip()
+                elif m := re.match(r"(\w+)\s*:(?!:)\s*", stmt):   # a label
+                    out.append(f"{self.label(m.group(1))}: ;")
+                    stmt = stmt[m.end():]
+                else:
+                    break
             if stmt:
                 out.append(self.instruction(stmt))
         return " ".join(self.binds + out)
 
+    def label(self, name: str) -> str:
+        """A label's C++ name: one per asm statement of the file (a C++ label belongs
+        to its whole function)."""
+        return f"attnbook_L{self.site}_{name}"
+
     def instruction(self, stmt: str) -> str:
-        guard = re.match(r"@(!?)(\w+)\s+", stmt)
+        guard = re.match(r"@(!?)((?:@@)?\w+)\s+", stmt)
         if guard:
             body = self.instruction(stmt[guard.end():])
             cond = self.read(guard.group(2), "u32")
@@ -209,12 +235,13 @@ class _Asm:
         return handler(opcode, parts, ops)
 
     def declare(self, stmt: str) -> str:
-        m = re.fullmatch(r"\.reg\s+\.(\w+)\s+([\w\s,]+)", stmt)
+        m = re.fullmatch(r"\.reg\s+\.(\w+)\s+([@\w\s,]+)", stmt)
         if not m or m.group(1) not in _CTYPE:
             raise _Unsupported(stmt)
         names = [n.strip() for n in m.group(2).split(",")]
-        self.regs.update(dict.fromkeys(names))
-        return " ".join(f"{_CTYPE[m.group(1)]} attnbook_r_{n}{{}};" for n in names)
+        self.regs.update(dict.fromkeys(names))   # %%name: a name of its own too
+        return " ".join(f"{_CTYPE[m.group(1)]} attnbook_r_{n.lstrip('@')}{{}};"
+                        for n in names)
 
     # ---- instructions ----------------------------------------------------------------
     def op_mma(self, opcode, parts, ops):
@@ -297,6 +324,8 @@ class _Asm:
     def op_cp(self, opcode, parts, ops):
         if parts[1] != "async":
             raise _Unsupported(opcode)
+        if parts[2:3] == ["bulk"]:
+            return self._bulk(opcode, parts, ops)
         check = 'static_assert(__CUDA_ARCH__ >= 800, "cp.async needs sm_80 or newer");'
         if parts[2:] == ["commit_group"] and not ops:
             return f"{check} {_E}cp_async_commit();"
@@ -316,6 +345,51 @@ class _Asm:
                 f" {_E}from_shared({self.address(ops[0])}),"
                 f" {_E}from_global({self.address(ops[1])}), int({size}),"
                 f" int({src_size}), {str(parts[2] == 'cg').lower()});")
+
+    def _bulk(self, opcode, parts, ops):
+        """cp.async.bulk: tensor tiles (TMA) and plain bulk copies, their groups."""
+        check = 'static_assert(__CUDA_ARCH__ >= 900, "cp.async.bulk needs sm_90");'
+        rest = set(parts[3:])
+        hints = {"L2::cache_hint", "tile"}
+        if parts[3:] == ["commit_group"] and not ops:
+            return f"{check} {_E}bulk_commit();"
+        if parts[3:4] == ["wait_group"] and rest <= {"wait_group", "read"} and \
+                len(ops) == 1:
+            return f"{check} {_E}bulk_wait({self.read(ops[0], 'u64')});"
+        if parts[3:4] == ["prefetch"]:
+            return ""
+        if parts[3:4] == ["tensor"] and len(parts) > 4 and \
+                parts[4] in ("1d", "2d", "3d", "4d", "5d"):
+            rank = int(parts[4][0])
+            load = parts[5] in ("shared::cluster", "shared::cta")
+            want = ({parts[5], "global", "mbarrier::complete_tx::bytes"} if load else
+                    {"global", "shared::cta", "bulk_group"})
+            if rest - {"tensor", parts[4]} - hints != want or \
+                    len(ops) != (3 if load else 2) + ("L2::cache_hint" in rest):
+                raise _Unsupported(opcode)
+            tile = ops[1] if load else ops[0]
+            inner = tile.strip()[1:-1] if tile.strip().startswith("[") else ""
+            spans = _split(inner, inner, ",")
+            coords = self.vector(inner[spans[1][0]:].strip()) if len(spans) > 1 else []
+            if len(coords) != rank:
+                raise _Unsupported(f"{opcode} with {len(coords)} coordinates")
+            tmap = self.read(inner[:spans[0][1]], "u64")
+            tmap = f"reinterpret_cast<const void*>({tmap})"
+            xs = ", ".join(f"int32_t({self.read(x)})" for x in coords)
+            c = f"const int32_t c_[] = {{{xs}}};"
+            if load:
+                return (f"{check} {{ {c} {_E}tma_load(__LINE__, "
+                        f"uint32_t({self.address(ops[0])}), {tmap}, c_, {rank}, "
+                        f"{_E}from_shared({self.address(ops[2])})); }}")
+            return (f"{check} {{ {c} {_E}tma_store(__LINE__, {tmap}, c_, {rank}, "
+                    f"uint32_t({self.address(ops[1])})); }}")
+        want = {"shared::cluster", "global", "mbarrier::complete_tx::bytes"}
+        if rest - hints == want and len(ops) == 4 + ("L2::cache_hint" in rest):
+            return (f"{check} {_E}bulk_load(__LINE__, "
+                    f"{_E}from_shared({self.address(ops[0])}), "
+                    f"{_E}from_global({self.address(ops[1])}), {self.read(ops[2])}, "
+                    f"{_E}from_shared({self.address(ops[3])}));")
+        raise _Unsupported(opcode)
 
     def op_cvta(self, opcode, parts, ops):
         to = parts[1] == "to"
@@ -501,6 +575,122 @@ class _Asm:
     def op_prefetch(self, opcode, parts, ops):
         return ""
 
+    def op_bra(self, opcode, parts, ops):
+        if set(parts[1:]) - {"uni"} or len(ops) != 1 or not ops[0].isidentifier():
+            raise _Unsupported(opcode)
+        return f"goto {self.label(ops[0])};"
+
+    # ---- Hopper (sm_90): mbarrier, elect, setmaxnreg, bulk copies, wgmma -------------
+    def shared_or_generic(self, parts, tok: str) -> str:
+        """The pointer an address operand names: a shared address with a .shared
+        state space, a generic one (a pointer) without."""
+        if any(p.startswith("shared") for p in parts):
+            return f"{_E}from_shared({self.address(tok)})"
+        return f"reinterpret_cast<void*>({self.address(tok)})"
+
+    def op_mbarrier(self, opcode, parts, ops):
+        kind = parts[1]
+        known = {"shared", "shared::cta", "shared::cluster", "b64", "release",
+                 "acquire", "relaxed", "cta", "cluster", "parity", "expect_tx",
+                 "noComplete"}
+        if set(parts[2:]) - known or parts[-1] != "b64" and kind != "pending_count":
+            raise _Unsupported(opcode)
+        arch = 900 if "expect_tx" in parts or kind in (
+            "complete_tx", "expect_tx", "try_wait") else 800
+        check = (f'static_assert(__CUDA_ARCH__ >= {arch}, "{opcode} needs '
+                 f'sm_{arch // 10}");')
+        if kind == "init" and len(ops) == 2:
+            return (f"{check} {_E}mbarrier_init(__LINE__, "
+                    f"{self.shared_or_generic(parts, ops[0])}, {self.read(ops[1])});")
+        if kind == "inval" and len(ops) == 1:
+            return (f"{check} {_E}mbarrier_inval(__LINE__, "
+                    f"{self.shared_or_generic(parts, ops[0])});")
+        if kind in ("expect_tx", "complete_tx") and len(ops) == 2:
+            return (f"{check} {_E}mbarrier_{kind}(__LINE__, "
+                    f"{self.shared_or_generic(parts, ops[0])}, {self.read(ops[1])});")
+        if kind in ("arrive", "arrive_drop") and len(ops) in (2, 3):
+            tx = "expect_tx" in parts
+            count = self.read(ops[2]) if len(ops) == 3 and not tx else "1u"
+            bytes_ = f"int64_t({self.read(ops[2])})" if tx and len(ops) == 3 else "0"
+            if tx and len(ops) != 3:
+                raise _Unsupported(opcode)
+            call = (f"{_E}mbarrier_arrive(__LINE__, "
+                    f"{self.shared_or_generic(parts, ops[1])}, {count}, {bytes_}, "
+                    f"{str(kind == 'arrive_drop').lower()})")
+            if ops[0] == "_":
+                return f"{check} {call};"
+            return f"{check} {self.put(ops[0], call)}"
+        if kind in ("try_wait", "test_wait") and len(ops) in (3, 4):
+            if kind == "test_wait" and len(ops) == 4:
+                raise _Unsupported(opcode)
+            parity = "parity" in parts
+            call = (f"{_E}mbarrier_wait(__LINE__, "
+                    f"{self.shared_or_generic(parts, ops[1])}, "
+                    f"{self.read(ops[2], 'u64')}, {str(parity).lower()}, "
+                    f"{str(kind == 'try_wait').lower()})")
+            return f"{check} {self.put(ops[0], call)}"
+        raise _Unsupported(opcode)
+
+    def op_elect(self, opcode, parts, ops):
+        dests = ops[0].split("|") if ops else []
+        if parts[1:] != ["sync"] or len(ops) != 2 or len(dests) != 2:
+            raise _Unsupported(opcode)
+        code = ['static_assert(__CUDA_ARCH__ >= 900, "elect.sync needs sm_90");',
+                f"const uint32_t leader_ = {_E}elect(__LINE__, {self.read(ops[1])});"]
+        rd, pd = (d.strip() for d in dests)
+        if rd != "_":
+            code.append(self.put(rd, "leader_"))
+        if pd != "_":
+            code.append(self.put(pd, f"bool(leader_ == {_E}laneid())"))
+        return "{ " + " ".join(code) + " }"
+
+    def op_wgmma(self, opcode, parts, ops):
+        """wgmma.fence / commit_group / wait_group, and mma_async m64nNk16 with f32
+        accumulators and f16/bf16 inputs, A from registers or shared memory."""
+        if parts[1:] == ["fence", "sync", "aligned"] and not ops:
+            return f"{_SM90A} {_E}wgmma_fence();"
+        if parts[1:] == ["commit_group", "sync", "aligned"] and not ops:
+            return f"{_SM90A} {_E}wgmma_commit();"
+        if parts[1:] == ["wait_group", "sync", "aligned"] and len(ops) == 1:
+            return f"{_SM90A} {_E}wgmma_wait({self.read(ops[0], 'u64')});"
+        m = re.fullmatch(r"m64n(\d+)k16", parts[4]) if len(parts) == 8 else None
+        n = int(m.group(1)) if m else 0
+        if parts[1:4] != ["mma_async", "sync", "aligned"] or not 8 <= n <= 256 or \
+                n % 8 or parts[5] != "f32" or parts[6] != parts[7] or \
+                parts[6] not in ("f16", "bf16") or len(ops) not in (7, 8):
+            raise _Unsupported(opcode)
+        d, a = self.vector(ops[0]), self.vector(ops[1])
+        a_regs = len(a) == 4
+        if len(d) != n // 2 or len(ops) != (7 if a_regs else 8) or len(a) not in (1, 4):
+            raise _Unsupported(f"{opcode} with {len(d)} accumulators")
+        code = [_SM90A]
+        code += [f'static_assert(sizeof({self.lvalue(x)}) == 4, "{opcode}: an '
+                 f'accumulator is a 32-bit register");' for x in d[:1]]
+        code.append("void* d_[] = {" + ", ".join(
+            f"static_cast<void*>(&{self.lvalue(x)})" for x in d) + "};")
+        if a_regs:
+            regs = ", ".join(self.read(x) for x in a)
+            code.append(f"const uint32_t a_[] = {{{regs}}};")
+        flags = [self.read(x, "u32") for x in ops[3:]]
+        trans_a = "0" if a_regs else flags[3]
+        code.append(
+            f"{_E}wgmma_issue(__LINE__, {n}, {str(parts[6] == 'bf16').lower()}, d_, "
+            f"{'a_' if a_regs else 'nullptr'}, "
+            f"{'0' if a_regs else self.read(a[0], 'u64')}, "
+            f"{self.read(ops[2], 'u64')}, {flags[0]} != 0, int({flags[1]}), "
+            f"int({flags[2]}), int({trans_a}), int({flags[-1]}));")
+        return "{ " + " ".join(code) + " }"
+
+    def op_setmaxnreg(self, opcode, parts, ops):
+        if parts[1] not in ("inc", "dec") or len(ops) != 1 or \
+                parts[2:] != ["sync", "aligned", "u32"]:
+            raise _Unsupported(opcode)
+        count = ops[0].strip()
+        if count.isdigit() and not (24 <= int(count) <= 256 and int(count) % 8 == 0):
+            raise SyntaxError("setmaxnreg: the register count must be a multiple of 8 "
+                              "in [24, 256]")   # as ptxas says
+        return f"{_SM90A} {_E}setmaxnreg(__LINE__, {self.read(ops[0])});"
+
 
 def _kind(t: str) -> str:
     """How to read a register of PTX type ``t``."""
@@ -526,7 +716,7 @@ def to_cpp(code: str) -> str:
     raises SyntaxError naming an instruction the emulator does not implement."""
     masked = blank_out(code, strings=True)
     out, last = [], 0
-    for m in _ASM.finditer(masked):
+    for site, m in enumerate(_ASM.finditer(masked)):
         if m.start() < last:
             continue
         depth, i = 1, m.end()
@@ -536,12 +726,14 @@ def to_cpp(code: str) -> str:
         body = code[m.end():i - 1]
         where = _where(code, m.start())
         try:
-            cpp = _Asm(body, masked[m.end():i - 1]).cpp()
+            cpp = _Asm(body, masked[m.end():i - 1], site).cpp()
         except _Unsupported as e:
             raise SyntaxError(f"{where}: inline PTX '{e}' is not supported by the "
                               f"emulator (it runs: {', '.join(SUPPORTED)})") from None
         except KeyError as e:
             raise SyntaxError(f"{where}: inline PTX names no operand {e}") from None
+        except SyntaxError as e:   # an operand ptxas refuses
+            raise SyntaxError(f"{where}: {e}") from None
         out += [code[last:m.start()],
                 f"do {{ {cpp} }} while (0)" + "\n" * body.count("\n")]
         last = i

@@ -256,7 +256,7 @@ __global__ void b128_probe(const uint64_t* in, uint64_t* out) {
 // 16 KiB in; then writes through an address XOR-ed as a swizzle would (the start's
 // address is aligned, so (start + 1024) ^ 64 is byte 1024 ^ 64 of the memory) and
 // reads the word back through a pointer. A static __shared__ array converted from its
-// middle first keeps its start at offset 0 of its own window too.
+// middle first keeps its start (on 1 KiB) in its own window too.
 __global__ void shared_address_probe(uint32_t* out, int first) {
   extern __shared__ __align__(1024) unsigned char dyn[];
   __shared__ uint32_t words[64];

@@ -70,11 +70,14 @@ def nvcc_compile(nvcc: str, cuda: str, arch: str, out: str, *flags: str) -> str:
         src = pathlib.Path(tmp) / kernel_file_name(cuda)
         src.write_text(cuda)
         phase = [] if "-cubin" in flags else ["-c"]
-        cmd = [nvcc, *phase, f"-arch={arch}", "-O3", "-std=c++17", *flags,
+        # -arch=sm_90a also emits compute_90's PTX, which refuses sm_90a's wgmma
+        target = (f"-gencode=arch=compute_{arch[3:]},code={arch}" if arch.endswith("a")
+                  else f"-arch={arch}")
+        cmd = [nvcc, *phase, target, "-O3", "-std=c++17", *flags,
                f"-I{KERNEL_DIR}", "-o", out, str(src)]
         run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
-        raise CompileError(f"nvcc -arch={arch} failed:\n"
+        raise CompileError(f"nvcc {target} failed:\n"
                            f"{short_error(run.stderr + run.stdout)}")
     return run.stderr
 

@@ -7,6 +7,7 @@
 #include "emu_builtins.h"
 #include "emu_more_builtins.h"
 #include "emu_ptx.h"
+#include "emu_hopper.h"
 #include "emu_host_api.h"
 
 // A torch extension's plain build takes the guard pages' description of a faulting
@@ -21,3 +22,6 @@ attnbook_set_describe_address(attnbook_emu::DescribeAddress f) {
 // Guards on __CUDA_ARCH__ pick the branch of this architecture. Defined last, after
 // every host header has been read.
 #define __CUDA_ARCH__ ATTNBOOK_EMU_ARCH
+#if ATTNBOOK_EMU_ARCH == 900 && ATTNBOOK_EMU_ARCH_FEATURES
+#define __CUDA_ARCH_FEAT_SM90_ALL 1
+#endif

@@ -199,7 +199,7 @@ inline void commit(char* p, size_t bytes) {
 // ---- threads, warps, blocks ---------------------------------------------------------
 // Fresh: not started yet (it has no fiber until it needs one). Fresh sorts before
 // Runnable so that "may run now" is one comparison.
-enum class State : uint8_t { Fresh, Runnable, AtBarrier, AtWarp, Done };
+enum class State : uint8_t { Fresh, Runnable, AtBarrier, AtWarp, AtMbarrier, Done };
 
 // A warp collective: every participating lane deposits a pointer to its own data; the
 // last to arrive runs `fn` over all of them (reading inputs, writing each lane's

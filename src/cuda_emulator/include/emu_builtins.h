@@ -24,6 +24,10 @@
 #ifndef ATTNBOOK_EMU_ARCH
 #define ATTNBOOK_EMU_ARCH 800
 #endif
+// 1 for an architecture's "a" form (sm_90a): its features, such as wgmma.
+#ifndef ATTNBOOK_EMU_ARCH_FEATURES
+#define ATTNBOOK_EMU_ARCH_FEATURES 0
+#endif
 
 // ---- qualifiers and the thread's coordinates ----------------------------------------
 #define __global__

@@ -48,16 +48,32 @@ inline void put(T& dst, V v) {
 }
 
 // ---- the shared state space: 32-bit addresses ---------------------------------------
-// A shared address is a window number (the high bits) and an offset into the window. A
-// window is 256 KiB of this worker's memory starting at the start of a shared object:
-// window 0 is the dynamic shared memory (so its address 0, like a GPU's, is aligned to
-// any power of two a swizzle may XOR into), the next ones each static __shared__
-// variable converted, in order. Windows are the object's, not the first pointer's: a
-// pointer into the middle of an object converted first (a swizzled tile), in this
-// launch or an earlier one, yields the same addresses as its start would.
+// A shared address is a window number (the high bits) and an offset (the low 18 bits).
+// A window is a shared object of the running block: window 0 its dynamic shared memory,
+// at offset 0 (so its address 0, like a GPU's, is aligned to any power of two a swizzle
+// may XOR into), the next ones each static __shared__ variable converted, in order,
+// placed from the top of the 256 KiB down, each on 1 KiB. The low 18 bits alone then
+// name one object as long as the block's shared memory fits in 256 KiB (a GPU grants
+// 227 KiB): what a wgmma matrix descriptor keeps of an address (from_descriptor).
+// Windows are the object's, not the first pointer's: a pointer into the middle of an
+// object converted first (a swizzled tile) yields the same addresses as its start
+// would.
 constexpr int kWindowBits = 18;
-inline std::vector<uintptr_t>& windows() {
-  static thread_local std::vector<uintptr_t> w;
+constexpr uint32_t kWindowMask = (1u << kWindowBits) - 1;
+struct Window { uintptr_t host; uint32_t low, bytes; };   // bytes 0: not an object
+struct Windows { std::vector<Window> all; uint32_t top = 1u << kWindowBits; };
+inline Windows& windows() {
+  static thread_local uint64_t epoch = ~uint64_t(0);
+  static thread_local const void* block = nullptr;
+  static thread_local Windows w;
+  Runtime& r = rt();
+  if (epoch != r.block_epoch || block != &r) {
+    w = Windows{};
+    w.all.push_back({reinterpret_cast<uintptr_t>(r.dynamic_smem), 0,
+                     uint32_t(r.smem_bytes)});
+    epoch = r.block_epoch;
+    block = &r;
+  }
   return w;
 }
 // Its bookkeeping is the emulator's own (EmulatorCode: not the kernel's accesses to
@@ -66,56 +82,99 @@ inline uint32_t to_shared(const void* p) {
   Runtime& r = rt();
   EmulatorCode guard(r);
   auto a = reinterpret_cast<uintptr_t>(p);
-  auto& w = windows();
-  const auto dynamic = reinterpret_cast<uintptr_t>(r.dynamic_smem);
-  if (w.empty()) w.push_back(dynamic);
-  uintptr_t base = 0;   // the shared object p points into, if the emulator knows it
-  if (a - dynamic < kDynamicSmemBytes) base = dynamic;
+  Windows& w = windows();
+  if (a - w.all[0].host < kDynamicSmemBytes) return uint32_t(a - w.all[0].host);
+  uintptr_t base = 0;   // the static object p points into, if the emulator knows it
+  uint32_t bytes = 0;
   for (auto& v : r.static_smem) {
     const auto start = reinterpret_cast<uintptr_t>(v.addr);
-    if (!base && a - start < v.bytes) base = start;
+    if (!base && a - start < v.bytes) base = start, bytes = uint32_t(v.bytes);
   }
-  for (size_t i = 0; i < w.size(); ++i)
-    if (base ? w[i] == base : a - w[i] < (uintptr_t(1) << kWindowBits))
-      return uint32_t(i << kWindowBits | (a - w[i]));
-  if (w.size() >= (size_t(1) << (32 - kWindowBits)))
+  for (size_t i = 1; i < w.all.size(); ++i) {
+    const Window& v = w.all[i];
+    if (base ? v.host == base : a - v.host < (uintptr_t(1) << kWindowBits) - v.low)
+      return uint32_t(i << kWindowBits | (v.low + (a - v.host)));
+  }
+  if (w.all.size() >= (size_t(1) << (32 - kWindowBits)))
     fail("inline PTX: too many distinct shared-memory objects converted to addresses");
-  w.push_back(base ? base : a);
-  return uint32_t((w.size() - 1) << kWindowBits | (a - w.back()));
+  uint32_t low = 0;
+  if (base && bytes <= w.top) low = w.top = (w.top - bytes) & ~1023u;
+  w.all.push_back({base ? base : a, low, low ? bytes : 0});
+  return uint32_t((w.all.size() - 1) << kWindowBits | (low + (a - w.all.back().host)));
 }
 inline void* from_shared(uint64_t address) {
   EmulatorCode guard(rt());
   auto s = uint32_t(address);
-  auto& w = windows();
+  Windows& w = windows();
   size_t i = s >> kWindowBits;
-  if (i >= w.size()) {
+  if (i >= w.all.size()) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "inline PTX: shared address 0x%x was not made by "
                   "cvta.to.shared or __cvta_generic_to_shared", s);
     fail(buf);
   }
-  return reinterpret_cast<void*>(w[i] + (s & ((1u << kWindowBits) - 1)));
+  const Window& v = w.all[i];
+  return reinterpret_cast<void*>(v.host + int64_t(s & kWindowMask) - v.low);
+}
+// The shared object at offset `low` (an address's low 18 bits, as a wgmma descriptor
+// keeps it), for `what`.
+inline void* from_descriptor(int line, uint32_t low, const char* what) {
+  EmulatorCode guard(rt());
+  for (const Window& v : windows().all)
+    if (low - v.low < v.bytes) return reinterpret_cast<void*>(v.host + (low - v.low));
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s on line %d: shared offset 0x%x is in no shared "
+                "object of this block", what, line, low);
+  fail(buf);
 }
 inline void* from_global(uint64_t address) { return reinterpret_cast<void*>(address); }
 
-// ---- cp.async: copies land when a wait_group covering them returns ------------------
-// Each thread's copies wait in its open group until commit_group; wait_group N performs
-// all but the N most recent committed groups. A read of the destination before the wait
-// sees what was there before (NaN, for fresh shared memory), as a GPU may show.
-struct Copy { void* dst; const void* src; int bytes, src_bytes; };
-struct AsyncCopies { std::vector<Copy> open; std::vector<std::vector<Copy>> groups; };
-inline AsyncCopies& async_copies() {
+// ---- asynchronous operations in groups ---------------------------------------------
+// Per block, what the emulator keeps beside the kernel's threads (T: a vector, one
+// entry per thread, or a type with resize), made afresh by the first use in each block.
+template <class T>
+inline T& per_block() {
   static thread_local uint64_t epoch = ~uint64_t(0);
   static thread_local const void* block = nullptr;
-  static thread_local std::vector<AsyncCopies> all;
+  static thread_local T state;
   Runtime& r = rt();
   if (epoch != r.block_epoch || block != &r) {
-    all.assign(size_t(r.nthreads), AsyncCopies{});
+    state = T{};
+    state.resize(size_t(r.nthreads));
     epoch = r.block_epoch;
     block = &r;
   }
-  return all[size_t(r.cur->linear)];
+  return state;
 }
+
+// A thread's asynchronous operations as cp.async, cp.async.bulk and wgmma group them:
+// each waits in the open group until commit_group; wait_group N completes all but the
+// N most recent committed groups, oldest first.
+template <class Op>
+struct AsyncGroups {
+  std::vector<Op> open;
+  std::vector<std::vector<Op>> committed;
+  void commit() {
+    committed.push_back(std::move(open));
+    open.clear();
+  }
+  template <class F>
+  void complete(uint64_t pending, F f) {
+    const size_t n = committed.size() > pending ? committed.size() - pending : 0;
+    for (size_t g = 0; g < n; ++g)
+      for (Op& op : committed[g]) f(op);
+    committed.erase(committed.begin(), committed.begin() + std::ptrdiff_t(n));
+  }
+};
+template <class Op>
+inline AsyncGroups<Op>& thread_groups() {
+  return per_block<std::vector<AsyncGroups<Op>>>()[size_t(rt().cur->linear)];
+}
+
+// ---- cp.async: copies land when a wait_group covering them returns ------------------
+// A read of the destination before the wait sees what was there before (NaN, for
+// fresh shared memory), as a GPU may show.
+struct Copy { void* dst; const void* src; int bytes, src_bytes; };
 // A vector access must be aligned to its whole size (a GPU raises "misaligned
 // address").
 inline void check_aligned(int line, const void* p, size_t bytes) {
@@ -145,27 +204,21 @@ __attribute__((always_inline)) inline void cp_async(int line, void* dst,
   note_access(src, size_t(src_bytes), false);
   note_access(dst, size_t(bytes), true);
   EmulatorCode guard(rt());
-  async_copies().open.push_back({dst, src, bytes, src_bytes});
+  thread_groups<Copy>().open.push_back({dst, src, bytes, src_bytes});
 }
 inline void cp_async_commit() {
   EmulatorCode guard(rt());
-  AsyncCopies& c = async_copies();
-  c.groups.push_back(std::move(c.open));
-  c.open.clear();
+  thread_groups<Copy>().commit();
 }
 // The copies themselves are libc's memcpy, seen by the checked build where they were
 // issued (cp_async).
 inline void cp_async_wait(uint64_t pending) {
   EmulatorCode guard(rt());
-  AsyncCopies& c = async_copies();
-  size_t done = c.groups.size() > pending ? c.groups.size() - pending : 0;
-  for (size_t g = 0; g < done; ++g)
-    for (const Copy& k : c.groups[g]) {
-      std::memcpy(k.dst, k.src, size_t(k.src_bytes));
-      std::memset(static_cast<char*>(k.dst) + k.src_bytes, 0,
-                  size_t(k.bytes - k.src_bytes));
-    }
-  c.groups.erase(c.groups.begin(), c.groups.begin() + std::ptrdiff_t(done));
+  thread_groups<Copy>().complete(pending, [](const Copy& k) {
+    std::memcpy(k.dst, k.src, size_t(k.src_bytes));
+    std::memset(static_cast<char*>(k.dst) + k.src_bytes, 0,
+                size_t(k.bytes - k.src_bytes));
+  });
 }
 inline void cp_async_wait_all() {
   cp_async_commit();

@@ -144,4 +144,30 @@ ATTNBOOK_UNCHECKED inline void on_named_barrier(Runtime& r,
   for (size_t i = 0; i < threads.size(); ++i) c->bar_sync[threads[i]] = g;
 }
 
+// An mbarrier's phase completed with these threads' arrivals (and the asynchronous
+// copies it counted, whose writes are the issuing thread's): they are in order with
+// every thread that later sees the phase complete (on_mbarrier_observed with the
+// returned generation), as at a named barrier. So are the lanes that took part in an
+// arriving lane's last warp collective (one lane arrives for its warp after
+// __syncwarp).
+ATTNBOOK_UNCHECKED inline uint32_t on_mbarrier_phase(Runtime& r,
+                                                     const std::vector<int>& threads) {
+  CheckState* c = r.check;
+  if (!c) return 0;
+  uint32_t g = ++c->bar_gen;
+  for (int t : threads) {
+    c->bar_sync[t] = g;
+    const int first = t / kWarp * kWarp;
+    for (int l = first; l < first + kWarp && l < r.nthreads; ++l)
+      if (c->sync[t] && c->sync[l] == c->sync[t]) c->bar_sync[l] = g;
+  }
+  return g;
+}
+ATTNBOOK_UNCHECKED inline void on_mbarrier_observed(Runtime& r, uint32_t g) {
+  CheckState* c = r.check;
+  if (!c) return;
+  uint32_t& mine = c->bar_sync[r.cur->linear];
+  if (mine < g) mine = g;
+}
+
 }  // namespace attnbook_emu

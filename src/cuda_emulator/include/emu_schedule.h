@@ -33,11 +33,14 @@ inline Thread* scan(Runtime& r) {
 
 // Called when no thread can run and some have not finished: say why the block is stuck.
 [[noreturn]] inline void diagnose(Runtime& r) {
-  int waiting = 0, at_warp = 0, line = -1;
+  int waiting = 0, at_warp = 0, at_mbarrier = 0, mbarrier_line = 0, line = -1;
   const Thread* exited = nullptr;
   const Thread* other_line = nullptr;
   for (auto& t : r.threads) {
-    if (t.state == State::AtBarrier) {
+    if (t.state == State::AtMbarrier) {
+      ++at_mbarrier;
+      mbarrier_line = t.barrier_line;
+    } else if (t.state == State::AtBarrier) {
       if (line < 0) line = t.barrier_line;
       else if (t.barrier_line != line && !other_line) other_line = &t;
       ++waiting;
@@ -50,6 +53,14 @@ inline Thread* scan(Runtime& r) {
   char block[160], buf[256];
   std::snprintf(block, sizeof block, "kernel '%s', block (%u,%u,%u): ", r.kernel,
                 r.block_idx.x, r.block_idx.y, r.block_idx.z);
+  if (at_mbarrier) {
+    std::snprintf(buf, sizeof buf,
+                  "deadlock: %d threads wait on an mbarrier (line %d) whose phase "
+                  "cannot complete: an arrival or a transaction's bytes never come "
+                  "(%d threads wait at __syncthreads, %d in warp collectives)",
+                  at_mbarrier, mbarrier_line, waiting, at_warp);
+    throw BlockError(block + std::string(buf));
+  }
   if (waiting == 0) {
     std::snprintf(buf, sizeof buf,
                   "deadlock: %d threads wait in warp collectives that can never "
