@@ -47,6 +47,23 @@ inline void put(T& dst, V v) {
   }
 }
 
+// Per block, what the emulator keeps beside the kernel's threads (T: a vector, one
+// entry per thread, or a type whose resize does nothing), made afresh by the first use in each block.
+template <class T>
+inline T& per_block() {
+  static thread_local uint64_t epoch = ~uint64_t(0);
+  static thread_local const void* block = nullptr;
+  static thread_local T state;
+  Runtime& r = rt();
+  if (epoch != r.block_epoch || block != &r) {
+    state = T{};
+    state.resize(size_t(r.nthreads));
+    epoch = r.block_epoch;
+    block = &r;
+  }
+  return state;
+}
+
 // ---- the shared state space: 32-bit addresses ---------------------------------------
 // A shared address is a window number (the high bits) and an offset (the low 18 bits).
 // A window is a shared object of the running block: window 0 its dynamic shared memory,
@@ -61,18 +78,17 @@ inline void put(T& dst, V v) {
 constexpr int kWindowBits = 18;
 constexpr uint32_t kWindowMask = (1u << kWindowBits) - 1;
 struct Window { uintptr_t host; uint32_t low, bytes; };   // bytes 0: not an object
-struct Windows { std::vector<Window> all; uint32_t top = 1u << kWindowBits; };
+struct Windows {
+  std::vector<Window> all;
+  uint32_t top = 1u << kWindowBits;
+  void resize(size_t) {}
+};
 inline Windows& windows() {
-  static thread_local uint64_t epoch = ~uint64_t(0);
-  static thread_local const void* block = nullptr;
-  static thread_local Windows w;
-  Runtime& r = rt();
-  if (epoch != r.block_epoch || block != &r) {
-    w = Windows{};
+  Windows& w = per_block<Windows>();
+  if (w.all.empty()) {
+    Runtime& r = rt();
     w.all.push_back({reinterpret_cast<uintptr_t>(r.dynamic_smem), 0,
                      uint32_t(r.smem_bytes)});
-    epoch = r.block_epoch;
-    block = &r;
   }
   return w;
 }
@@ -130,23 +146,6 @@ inline void* from_descriptor(int line, uint32_t low, const char* what) {
 inline void* from_global(uint64_t address) { return reinterpret_cast<void*>(address); }
 
 // ---- asynchronous operations in groups ---------------------------------------------
-// Per block, what the emulator keeps beside the kernel's threads (T: a vector, one
-// entry per thread, or a type with resize), made afresh by the first use in each block.
-template <class T>
-inline T& per_block() {
-  static thread_local uint64_t epoch = ~uint64_t(0);
-  static thread_local const void* block = nullptr;
-  static thread_local T state;
-  Runtime& r = rt();
-  if (epoch != r.block_epoch || block != &r) {
-    state = T{};
-    state.resize(size_t(r.nthreads));
-    epoch = r.block_epoch;
-    block = &r;
-  }
-  return state;
-}
-
 // A thread's asynchronous operations as cp.async, cp.async.bulk and wgmma group them:
 // each waits in the open group until commit_group; wait_group N completes all but the
 // N most recent committed groups, oldest first.
@@ -264,17 +263,12 @@ struct NamedBarrier {
   std::vector<int> arrived;   // the threads, in the order they arrived
   std::vector<Thread*> waiting;
 };
+struct NamedBarriers {
+  NamedBarrier all[16];
+  void resize(size_t) {}
+};
 inline NamedBarrier& named_barrier_of(uint32_t id) {
-  static thread_local uint64_t epoch = ~uint64_t(0);
-  static thread_local const void* block = nullptr;
-  static thread_local NamedBarrier all[16];
-  Runtime& r = rt();
-  if (epoch != r.block_epoch || block != &r) {
-    for (auto& b : all) b = NamedBarrier{};
-    epoch = r.block_epoch;
-    block = &r;
-  }
-  return all[id];
+  return per_block<NamedBarriers>().all[id];
 }
 inline void named_barrier(int line, uint32_t id, uint32_t count, bool wait) {
   Runtime& r = rt();
