@@ -18,10 +18,10 @@ with the asm's operands as arguments, following the PTX ISA:
   ``.v2``/``.v4``, ``.b128`` registers (``mov``, ``ld``, ``st``), ``ex2.approx`` and
   the other approximate f32 functions,
   ``shfl.sync``, named barriers (``bar.sync``/``bar.arrive`` id, thread count), ``setp``
-  with ``@p`` predicates, ``.reg`` temporaries, fences and prefetches (nothing to do on
-  the emulator), scalar arithmetic (``add``, ``sub``, ``mul`` .lo/.hi/.wide, ``mad``,
-  ``fma.rn``, ``min``, ``max``, ``div``, ``neg``, ``abs``, bitwise, shifts, ``lop3``,
-  ``prmt``) in round-to-nearest;
+  with ``@p`` predicates, ``selp``, ``.reg`` temporaries, fences and prefetches
+  (nothing to do on the emulator), scalar arithmetic (``add``, ``sub``, ``mul``
+  .lo/.hi/.wide, ``mad``, ``fma.rn``, ``min``, ``max``, ``div``, ``neg``, ``abs``,
+  bitwise, shifts, ``lop3``, ``prmt``) in round-to-nearest;
 * Hopper's (``include/emu_hopper.h``): ``mbarrier`` (init, inval, arrive, arrive_drop,
   expect_tx, complete_tx, try_wait and test_wait, with .parity or a state), labels and
   ``bra`` (a wait loop), ``elect.sync``, ``setmaxnreg``, ``cp.async.bulk.tensor`` 1-5d
@@ -45,7 +45,7 @@ __all__ = ["to_cpp", "SUPPORTED"]
 SUPPORTED = ("mma.sync", "ldmatrix", "cp.async", "cvta", "cvt", "mov", "ld", "st",
              "integer and float arithmetic", "lop3", "prmt",
              "ex2.approx", "lg2/rcp/sqrt/rsqrt/sin/cos/tanh.approx", "shfl.sync",
-             "bar.sync/bar.arrive", "setp", "membar/fence", "prefetch", "bra",
+             "bar.sync/bar.arrive", "setp", "selp", "membar/fence", "prefetch", "bra",
              "mbarrier", "elect.sync", "setmaxnreg", "cp.async.bulk(.tensor)",
              "wgmma")
 
@@ -524,6 +524,13 @@ class _Asm:
         t = parts[2]
         a, b = (f"{_CTYPE[t]}({self.read(o, _kind(t))})" for o in ops[1:])
         return self.put(ops[0], f"bool({a} {_CMP[parts[1]]} {b})")
+
+    def op_selp(self, opcode, parts, ops):
+        if len(parts) != 2 or parts[1] not in _ARITH_TYPES or len(ops) != 4:
+            raise _Unsupported(opcode)
+        t = parts[1]
+        a, b = (f"{_CTYPE[t]}({self.read(o, _kind(t))})" for o in ops[1:3])
+        return self.put(ops[0], f"({self.read(ops[3])} ? {a} : {b})")
 
     def _arith(self, opcode, parts, ops):
         t = parts[-1]

@@ -67,11 +67,15 @@ __global__ void mbarrier_ring(const float* in, float* out, int rounds, int skip_
   if (warp > 0) out[(warp - 1) * 32 + lane] = sum;
 }
 
-// A consumer waits on a phase no arrival completes: a deadlock.
-__global__ void mbarrier_stuck(float* out) {
+// A consumer waits on a phase no arrival completes: a deadlock. too_many: thread 0
+// arrives 100 times at once on the phase that awaits 64 (undefined: an error).
+__global__ void mbarrier_stuck(float* out, int too_many) {
   __shared__ alignas(8) uint64_t bar;
   if (threadIdx.x == 0) mbar_init(&bar, 64);   // 64 arrivals, 32 threads
   __syncthreads();
+  if (too_many && threadIdx.x == 0)
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n"
+                 ::"r"(smem_u32(&bar)), "r"(100) : "memory");
   mbar_arrive(&bar);
   mbar_wait(&bar, 0);
   out[threadIdx.x] = 1.f;
@@ -106,6 +110,45 @@ __global__ void setmaxnreg_probe(float* out) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   out[threadIdx.x] = float(threadIdx.x);
 #endif
+}
+
+// One thread copies `bytes` (a multiple of 16) with cp.async.bulk on an mbarrier that
+// also awaits the arrivals of every thread (arrive_drop for odd warps, which then leave
+// the count); the threads spin on test_wait with the state their arrival returned, then
+// copy the shared bytes out. A second phase with the dropped count checks the drop.
+__global__ void bulk_copy_probe(const uint4* in, uint4* out, int bytes) {
+  extern __shared__ __align__(128) uint4 buf[];
+  __shared__ alignas(8) uint64_t bar;
+  const uint32_t b = smem_u32(&bar);
+  if (threadIdx.x == 0) mbar_init(&bar, blockDim.x);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n"
+                 ::"r"(b), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];\n"
+                 ::"r"(smem_u32(buf)), "l"(in), "r"(bytes), "r"(b) : "memory");
+  }
+  uint64_t state;
+  if ((threadIdx.x / 32) % 2)
+    asm volatile("mbarrier.arrive_drop.shared::cta.b64 %0, [%1];\n"
+                 : "=l"(state) : "r"(b) : "memory");
+  else
+    asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];\n"
+                 : "=l"(state) : "r"(b) : "memory");
+  uint32_t done = 0;
+  while (!done)
+    asm volatile("{\n.reg .pred p;\n"
+                 "mbarrier.test_wait.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(b), "l"(state) : "memory");
+  for (int i = threadIdx.x; i < bytes / 16; i += blockDim.x) out[i] = buf[i];
+  if ((threadIdx.x / 32) % 2 == 0) {   // phase 1: only the even warps are counted now
+    asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];\n"
+                 : "=l"(state) : "r"(b) : "memory");
+    mbar_wait(&bar, 1);
+    if (threadIdx.x == 0) out[bytes / 16] = make_uint4(1, 2, 3, 4);
+  }
 }
 
 // ---- wgmma ----------------------------------------------------------------------
@@ -297,7 +340,8 @@ int encode_2d(CUtensorMap* map, void* base, int rows, int cols, int pitch,
            : CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }
 
-// geometry for TMA: {rows, cols, pitch, box_cols, box_rows, swizzle, fill, x, y}.
+// geometry for TMA: {rows, cols, pitch, box_cols, box_rows, swizzle, fill, x, y,
+// dynamic shared memory (0: the box's bytes)}.
 void launch(const char* w, void* p0, void* p1, void* p2, void* p3, int a0, int a1,
             const int* g) {
   auto f = [](void* p) { return static_cast<float*>(p); };
@@ -306,9 +350,12 @@ void launch(const char* w, void* p0, void* p1, void* p2, void* p3, int a0, int a
   if (k == "mbarrier_ring") mbarrier_ring<<<1, 32 * (1 + a1)>>>(f(p0), f(p1), a0, 0);
   else if (k == "mbarrier_skip_wait")
     mbarrier_ring<<<1, 32 * (1 + a1)>>>(f(p0), f(p1), a0, 1);
-  else if (k == "mbarrier_stuck") mbarrier_stuck<<<1, 32>>>(f(p0));
+  else if (k == "mbarrier_stuck") mbarrier_stuck<<<1, 32>>>(f(p0), a0);
   else if (k == "elect") elect_probe<<<1, 32>>>(u(p0), uint32_t(a0));
   else if (k == "setmaxnreg") setmaxnreg_probe<<<1, 256>>>(f(p0));
+  else if (k == "bulk_copy")
+    bulk_copy_probe<<<1, 128, a0>>>(static_cast<const uint4*>(p0),
+                                    static_cast<uint4*>(p1), a0);
   else if (k == "wgmma_n8" || k == "wgmma_n64") {
     // p0: image (32 KiB), p1: [descriptors (4 x 8 bytes) | A registers], p2: d,
     // p3: early
@@ -326,9 +373,10 @@ void launch(const char* w, void* p0, void* p1, void* p2, void* p3, int a0, int a
     *static_cast<int*>(p2) = rc;
     if (rc) return;
     const int box_bytes = g[3] * g[4] * 2;
+    const int smem = g[9] ? g[9] : box_bytes;   // g[9]: less than the box, for memcheck
     if (k == "tma_load")
-      tma_load_probe<<<1, 64, box_bytes>>>(map, g[7], g[8], box_bytes,
-                                          static_cast<uint4*>(p1), a0);
+      tma_load_probe<<<1, 64, smem>>>(map, g[7], g[8], box_bytes,
+                                     static_cast<uint4*>(p1), a0);
     else
       tma_store_probe<<<1, 64, box_bytes>>>(map, g[7], g[8], box_bytes,
                                            static_cast<const uint4*>(p1));

@@ -49,6 +49,17 @@ def test_a_phase_that_cannot_complete_is_a_deadlock(ext):
     with pytest.raises(RuntimeError, match=r"deadlock: 32 threads wait on an mbarrier "
                                            r"\(line \d+\) whose phase cannot complete"):
         ext.run("mbarrier_stuck", [torch.zeros(32)], 0, 0, [])
+    with pytest.raises(RuntimeError, match=r"mbarrier.arrive on line \d+: 100 arrivals "
+                                           "on a phase that awaits 64 more"):
+        ext.run("mbarrier_stuck", [torch.zeros(32)], 1, 0, [])
+
+
+def test_a_tma_box_past_the_shared_memory_is_a_memcheck_error(ext):
+    tensor, geometry = tma_case(64, 64, 64, 8, 128, 0, 0)
+    out = torch.zeros(64 * 8, dtype=torch.float16)
+    rc = torch.zeros(1, dtype=torch.int32)
+    with ab.sanitize(), pytest.raises(ab.MemcheckError, match="dynamic shared memory"):
+        ext.run("tma_load", [tensor, out, rc], 1, 0, geometry + [512])
 
 
 @pytest.mark.parametrize("mask", [0xFFFFFFFF, 0xFFFF0000, 0x00000100])
@@ -288,3 +299,42 @@ def test_cu_tensor_map_encode_tiled_refuses_what_the_driver_refuses(ext, capfd, 
     ext.run("tma_load", [tensor, torch.zeros(1024), rc], 1, 0, geometry)
     assert rc.item() == 1                                # CUDA_ERROR_INVALID_VALUE
     assert why in capfd.readouterr().err
+
+
+def test_the_sanitizer_reports_an_accumulator_read_before_the_wait(ext):
+    with ab.sanitize():   # the same wgmma, read after its wait: clean
+        D, want, _ = run_wgmma(ext, 6, 128, kind=2)
+    torch.testing.assert_close(D, want, rtol=1e-5, atol=1e-4)
+    with ab.sanitize(), pytest.raises(ab.MemcheckError,
+                                      match=r"read .* is an accumulator of the "
+                                            r"wgmma\.mma_async on line \d+, in flight"):
+        run_wgmma(ext, 0, 128, kind=8)
+
+
+def test_a_tma_store_is_sanitizer_clean(ext):
+    rows, cols, x, y = 35, 60, 0, 30
+    tensor, geometry = tma_case(rows, cols, 64, 8, 128, x, y)
+    want = tensor.clone()
+    box = torch.randn(64 * 8, generator=torch.Generator().manual_seed(8)).half()
+    rc = torch.zeros(1, dtype=torch.int32)
+    with ab.sanitize():
+        ext.run("tma_store", [tensor, box, rc], 0, 0, geometry)
+    for (r, c), slot in box_places(64, 8, 128).items():
+        if y + r < rows and c < cols:
+            want[y + r, x + c] = box[slot]
+    assert torch.equal(tensor, want)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_bulk_copy_and_arrivals_complete_a_phase_that_test_wait_sees(ext, order):
+    """cp.async.bulk's bytes and 128 arrivals (64 of them arrive_drop) complete phase
+    0, seen by test_wait with each thread's state; phase 1 then needs only the 64
+    arrivals the drop left."""
+    n = 4096
+    x = torch.randint(-2**31, 2**31, (n // 4,), dtype=torch.int32,
+                      generator=torch.Generator().manual_seed(9))
+    out = torch.zeros(n // 4 + 4, dtype=torch.int32)
+    with ab.thread_order(order):
+        ext.run("bulk_copy", [x, out], n, 0, [])
+    assert torch.equal(out[:n // 4], x)
+    assert out[n // 4:].tolist() == [1, 2, 3, 4]

@@ -75,6 +75,10 @@ struct CheckState {
   std::vector<Sites> dyn_sites, tls_sites;
   std::string race;
   int races = 0, race_rank = 0;   // race_rank: of the hazard `race` reports
+  // Each thread's accumulators of wgmmas in flight (address, the wgmma's line), and
+  // how many there are in the block: the kernel may not touch them until their wait.
+  std::vector<std::vector<std::pair<uintptr_t, int>>> in_flight;
+  size_t in_flight_count = 0;
   ProfileState profile;
 };
 
@@ -141,6 +145,8 @@ ATTNBOOK_UNCHECKED inline void on_block_start(Runtime& r, const Job& job) {
   c.lane_sync.assign(r.nthreads, 0);
   c.thread_bar.assign(r.nthreads, 0);
   c.bar_gen = 0;
+  c.in_flight.assign(r.nthreads, {});
+  c.in_flight_count = 0;
   c.race.clear();
   c.races = c.race_rank = 0;
   if (c.mode & kRacecheck) {

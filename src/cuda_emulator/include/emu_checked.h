@@ -319,6 +319,46 @@ __attribute__((noinline)) ATTNBOOK_UNCHECKED inline void classify(
 }
 
 // atomic: kAtomic (a load, a store, an exchange) or kAtomicUpdate (reads, then writes).
+// A wgmma's accumulators are the ISA's undefined from its mma_async until the
+// wgmma.wait_group that covers it: the kernel touching one is an error.
+ATTNBOOK_COLD inline void in_flight_access(Runtime& r, CheckState& c, uintptr_t a,
+                                           size_t n, bool write, uintptr_t pc) {
+  for (const auto& [reg, line] : c.in_flight[size_t(r.cur->linear)])
+    if (a < reg + 4 && reg < a + n) {
+      char buf[240];
+      std::snprintf(buf, sizeof buf, "is an accumulator of the wgmma.mma_async on "
+                    "line %d, in flight: undefined until a wgmma.wait_group covers it "
+                    "(PTX ISA)", line);
+      stop(r, write ? "write" : "read", "__local__", n, a, pc, buf);
+    }
+}
+
+// The emulator's wgmma: accumulators d[0..n) of the calling thread are in flight from
+// mma_async (line) until its wait lands them.
+ATTNBOOK_UNCHECKED inline void on_wgmma_issued(Runtime& r, void* const* d, int n,
+                                               int line) {
+  CheckState* c = r.check;
+  if (!c) return;
+  auto& mine = c->in_flight[size_t(r.cur->linear)];
+  for (int i = 0; i < n; ++i)
+    mine.emplace_back(reinterpret_cast<uintptr_t>(d[i]), line);
+  c->in_flight_count += size_t(n);
+}
+ATTNBOOK_UNCHECKED inline void on_wgmma_landed(Runtime& r, void* const* d, int n) {
+  CheckState* c = r.check;
+  if (!c) return;
+  auto& mine = c->in_flight[size_t(r.cur->linear)];
+  for (int i = 0; i < n; ++i) {
+    const auto reg = reinterpret_cast<uintptr_t>(d[i]);
+    for (size_t k = 0; k < mine.size(); ++k)
+      if (mine[k].first == reg) {
+        mine.erase(mine.begin() + std::ptrdiff_t(k));
+        --c->in_flight_count;
+        break;
+      }
+  }
+}
+
 ATTNBOOK_HOT inline void access(const void* p, size_t n, bool write, void* ret,
                                 int atomic = 0) {
   char here;
@@ -328,6 +368,11 @@ ATTNBOOK_HOT inline void access(const void* p, size_t n, bool write, void* ret,
   CheckState& c = *r->check;
   auto a = reinterpret_cast<uintptr_t>(p);
   auto pc = reinterpret_cast<uintptr_t>(ret) - 1;   // inside the calling instruction
+  if (c.in_flight_count) {   // (calls instrumented code: see the top of the file)
+    r->in_kernel = false;
+    in_flight_access(*r, c, a, n, write, pc);
+    r->in_kernel = true;
+  }
   // The thread's own stack, and the region of the last other access that passed,
   // take most accesses: checked, only racecheck's record is left to keep
   // (race_access calls nothing instrumented but hazard, which looks after itself).

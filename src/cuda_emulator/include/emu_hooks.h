@@ -17,6 +17,8 @@ inline void on_warp_sync(Runtime&, int, uint32_t) {}
 inline void on_named_barrier(Runtime&, const std::vector<int>&) {}
 inline uint32_t on_mbarrier_phase(Runtime&, const std::vector<int>&) { return 0; }
 inline void on_mbarrier_observed(Runtime&, uint32_t) {}
+inline void on_wgmma_issued(Runtime&, void* const*, int, int) {}
+inline void on_wgmma_landed(Runtime&, void* const*, int) {}
 inline void note_allocation(const void*, size_t, bool = false) {}
 inline void leave_kernel() {}
 inline void note_barrier() {}

@@ -390,15 +390,18 @@ inline void bulk_load(int line, void* dst, const void* src, uint32_t bytes,
 // most recent groups. A store reads shared memory when issued (lands_now) or at that
 // wait; the in-bounds elements of the box are written.
 struct TmaStore { const TensorMap* map; int32_t coord[5]; uint32_t smem; int line; };
-inline void perform(const TmaStore& s) {
+// The store's copies; `note`: the checked build sees them (where they are issued).
+inline void perform(const TmaStore& s, bool note) {
   const int e = element_bytes(s.map->type);
   for_box(s.line, *s.map, s.coord, s.smem, [&](char* g, uint32_t a) {
     if (!g) return;
     const void* src = from_shared(a);
-    note_access(src, size_t(e), false);
-    note_access(g, size_t(e), true);
-    EmulatorCode guard(rt());
-    std::memcpy(g, src, size_t(e));
+    if (note) {
+      note_access(src, size_t(e), false);
+      note_access(g, size_t(e), true);
+    } else {
+      std::memcpy(g, src, size_t(e));
+    }
   });
 }
 inline void tma_store(int line, const void* map, const int32_t* coord, int rank,
@@ -409,16 +412,19 @@ inline void tma_store(int line, const void* map, const int32_t* coord, int rank,
                                           "tensor map's rank");
   TmaStore s{&t, {}, smem, line};
   std::memcpy(s.coord, coord, sizeof(int32_t) * size_t(rank));
-  if (lands_now()) return perform(s);
+  perform(s, true);
   EmulatorCode guard(rt());
-  thread_groups<TmaStore>().open.push_back(s);
+  if (lands_now()) perform(s, false);
+  else thread_groups<TmaStore>().open.push_back(s);
 }
 inline void bulk_commit() {
   EmulatorCode guard(rt());
   thread_groups<TmaStore>().commit();
 }
 inline void bulk_wait(uint64_t pending) {
-  thread_groups<TmaStore>().complete(pending, perform);
+  EmulatorCode guard(rt());
+  thread_groups<TmaStore>().complete(pending,
+                                     [](const TmaStore& s) { perform(s, false); });
 }
 
 // ---- wgmma: a warpgroup's asynchronous matrix multiply-accumulate -------------------
@@ -581,7 +587,12 @@ inline void wgmma_issue(int line, int n, bool bf16, void* const* d,
   if (r.nthreads < 128 * (warpgroup + 1))
     fail_at("wgmma.mma_async", line, "the thread's warpgroup (128 threads) is not "
                                      "whole in this block");
-  if (!wgmma_thread().fenced)
+  bool fenced;
+  {
+    EmulatorCode guard(r);
+    fenced = wgmma_thread().fenced;
+  }
+  if (!fenced)
     fail_at("wgmma.mma_async", line, "no wgmma.fence since the warpgroup last "
                                      "touched its registers (the kernel's start or "
                                      "a wgmma.wait_group): the PTX ISA requires one");
@@ -611,6 +622,7 @@ inline void wgmma_issue(int line, int n, bool bf16, void* const* d,
     std::memcpy(d[i], &nan, 4);   // undefined until the wait: NaN shows a read
   }
   if (lands_now()) compute(op);
+  on_wgmma_issued(r, d, n / 2, line);
   wgmma_thread().ops.open.push_back(std::move(op));
 }
 inline void wgmma_fence() {
@@ -627,6 +639,7 @@ inline void wgmma_wait(uint64_t pending) {
   t.ops.complete(pending, [](WgmmaOp& op) {
     if (!op.landed) compute(op);
     for (size_t i = 0; i < op.d.size(); ++i) std::memcpy(op.d[i], &op.acc[i], 4);
+    on_wgmma_landed(rt(), op.d.data(), int(op.d.size()));
   });
   t.fenced = false;
 }

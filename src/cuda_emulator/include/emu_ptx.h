@@ -48,7 +48,8 @@ inline void put(T& dst, V v) {
 }
 
 // Per block, what the emulator keeps beside the kernel's threads (T: a vector, one
-// entry per thread, or a type whose resize does nothing), made afresh by the first use in each block.
+// entry per thread, or a type whose resize does nothing), made afresh by the first use
+// in each block.
 template <class T>
 inline T& per_block() {
   static thread_local uint64_t epoch = ~uint64_t(0);
