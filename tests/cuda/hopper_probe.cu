@@ -332,7 +332,13 @@ int encode_2d(CUtensorMap* map, void* base, int rows, int cols, int pitch,
   const cuuint64_t stride[1] = {cuuint64_t(pitch) * 2};
   const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
   const cuuint32_t one[2] = {1, 1};
-  return int(cuTensorMapEncodeTiled(
+  // The driver's function through the runtime: the extension links no libcuda.
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                   cudaEnableDefault, &found);
+  if (found != cudaDriverEntryPointSuccess) return -1;
+  return int(reinterpret_cast<decltype(&cuTensorMapEncodeTiled)>(fn)(
       map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, base, dim, stride, box, one,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CUtensorMapSwizzle(swizzle),
       CU_TENSOR_MAP_L2_PROMOTION_NONE,

@@ -1,6 +1,10 @@
 """Hopper's asynchronous instructions on the emulator (tests/cuda/hopper_probe.cu, built
 for sm_90a): mbarrier phases and transaction bytes, elect.sync, setmaxnreg, TMA, wgmma,
-each against the PTX ISA's definitions and layout tables, in every thread order."""
+each against the PTX ISA's definitions and layout tables, in every thread order. The
+tests that take `probe` run on an H100/H200 too (``-m cuda`` where there is one): the
+same kernels and expectations, so that the hardware checks the emulator's reading of
+the ISA."""
+import functools
 import pathlib
 
 import pytest
@@ -14,22 +18,50 @@ HERE = pathlib.Path(__file__).parents[1] / "cuda"
 ORDERS = ["forward", "reverse", "shuffle"]
 
 
-@pytest.fixture(scope="module")
-def ext():
+@functools.cache
+def build(backend):
     return ab.compile("hopper_probe", (HERE / "hopper_probe.cu").read_text(),
                       (HERE / "hopper_probe_wrapper.cpp").read_text(), ["run"],
-                      backend="emulator", arch="sm_90a")
+                      backend=backend, arch="sm_90a")
+
+
+@pytest.fixture
+def ext():
+    """The probes on the emulator: what only it shows (thread orders, the sanitizer,
+    what the ISA leaves undefined)."""
+    return build("emulator")
+
+
+@pytest.fixture
+def probe(device):
+    """The probes on a device: the emulator, or a Hopper GPU, where the same tests
+    check the emulator's reading of the ISA against the hardware."""
+    if device == "cuda" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the probes are sm_90a code: they need an H100 or H200")
+    return build("emulator" if device == "cpu" else "cuda"), device
+
+
+def run(probe, name, tensors, a0, a1, geometry=(), host=()):
+    """Run a probe on its device: the tensors go there and their values come back
+    (those at the indices `host` stay in host memory: the launcher writes them)."""
+    module, device = probe
+    moved = [t if device == "cpu" or i in host else t.to(device)
+             for i, t in enumerate(tensors)]
+    module.run(name, moved, a0, a1, list(geometry))
+    for t, m in zip(tensors, moved):
+        if m is not t:
+            t.copy_(m.cpu())
 
 
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("consumers", [1, 3])
 def test_an_mbarrier_ring_passes_slots_between_a_producer_and_consumers(
-        ext, order, consumers):
+        probe, order, consumers):
     rounds = 7
     x = torch.randn(rounds * 32, generator=torch.Generator().manual_seed(1))
     out = torch.zeros(consumers * 32)
     with ab.thread_order(order):
-        ext.run("mbarrier_ring", [x, out], rounds, consumers, [])
+        run(probe, "mbarrier_ring", [x, out], rounds, consumers)
     want = x.view(rounds, 32).sum(0)
     torch.testing.assert_close(out.view(consumers, 32), want.expand(consumers, 32))
 
@@ -63,9 +95,9 @@ def test_a_tma_box_past_the_shared_memory_is_a_memcheck_error(ext):
 
 
 @pytest.mark.parametrize("mask", [0xFFFFFFFF, 0xFFFF0000, 0x00000100])
-def test_elect_sync_elects_the_lowest_lane_of_the_mask(ext, mask):
+def test_elect_sync_elects_the_lowest_lane_of_the_mask(probe, mask):
     out = torch.full((64,), -1, dtype=torch.int32)
-    ext.run("elect", [out], mask - (1 << 32) * (mask >= 1 << 31), 0, [])
+    run(probe, "elect", [out], mask - (1 << 32) * (mask >= 1 << 31), 0)
     lanes = [lane for lane in range(32) if mask >> lane & 1]
     for lane in range(32):
         if lane in lanes:
@@ -75,9 +107,9 @@ def test_elect_sync_elects_the_lowest_lane_of_the_mask(ext, mask):
             assert out[lane] == out[32 + lane] == -1
 
 
-def test_setmaxnreg_takes_a_multiple_of_8_in_24_to_256(ext):
+def test_setmaxnreg_takes_a_multiple_of_8_in_24_to_256(probe):
     out = torch.zeros(256)
-    ext.run("setmaxnreg", [out], 0, 0, [])
+    run(probe, "setmaxnreg", [out], 0, 0)
     assert torch.equal(out, torch.arange(256.))
     for count in (20, 260, 100):   # ptxas refuses these too
         src = ("__global__ void k() {\n  asm volatile(\"setmaxnreg.inc.sync.aligned"
@@ -176,12 +208,12 @@ VARIANTS = {0: (8, torch.float16, False, False, 1, 1, False),
             7: (64, torch.float16, False, True, 1, -1, True)}
 
 
-def run_wgmma(ext, v, span, kind=0, seed=0):
+def run_wgmma(probe, v, span, kind=0, seed=0):
     n, dtype, a_mn, b_mn, sa, sb, a_regs = VARIANTS[v]
     A, B, C, image, args, c = wgmma_case(n, dtype, a_mn, b_mn, span, seed,
                                          two=bool(kind & 2), a_regs=a_regs)
     early = torch.zeros(128)
-    ext.run(f"wgmma_n{n}", [image, args, c, early], v, kind | a_regs, [])
+    run(probe, f"wgmma_n{n}", [image, args, c, early], v, kind | a_regs)
     want = sum((sa * A[s].double()) @ (sb * B[s].double()).T
                for s in range(A.shape[0]))
     if not kind & 4:
@@ -191,30 +223,30 @@ def run_wgmma(ext, v, span, kind=0, seed=0):
 
 @pytest.mark.parametrize("span", [0, 32, 64, 128])
 @pytest.mark.parametrize("v", list(VARIANTS))
-def test_wgmma_against_the_isa_tables(ext, v, span):
-    D, want, _ = run_wgmma(ext, v, span)
+def test_wgmma_against_the_isa_tables(probe, v, span):
+    D, want, _ = run_wgmma(probe, v, span)
     torch.testing.assert_close(D, want, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("order", ORDERS)
-def test_wgmma_chains_two_k_slices_and_scale_d_0_drops_c(ext, order):
+def test_wgmma_chains_two_k_slices_and_scale_d_0_drops_c(probe, order):
     with ab.thread_order(order):
-        D, want, _ = run_wgmma(ext, 4, 128, kind=2 | 4, seed=3)
+        D, want, _ = run_wgmma(probe, 4, 128, kind=2 | 4, seed=3)
     torch.testing.assert_close(D, want, rtol=1e-5, atol=1e-4)
     with ab.thread_order(order):
-        D, want, _ = run_wgmma(ext, 6, 64, kind=2, seed=4)
+        D, want, _ = run_wgmma(probe, 6, 64, kind=2, seed=4)
     torch.testing.assert_close(D, want, rtol=1e-5, atol=1e-4)
 
 
 def test_an_accumulator_read_before_the_wait_is_nan(ext):
-    D, want, early = run_wgmma(ext, 0, 128, kind=8)
+    D, want, early = run_wgmma((ext, "cpu"), 0, 128, kind=8)
     torch.testing.assert_close(D, want, rtol=1e-5, atol=1e-4)
     assert early.isnan().all()
 
 
 def test_a_wgmma_without_a_fence_is_an_error(ext):
     with pytest.raises(RuntimeError, match="no wgmma.fence since the warpgroup"):
-        run_wgmma(ext, 0, 128, kind=16)
+        run_wgmma((ext, "cpu"), 0, 128, kind=16)
 
 
 # ---- TMA: tensor tiles between global and shared memory ---------------------------
@@ -237,14 +269,14 @@ def box_places(box_cols, box_rows, span):
     (0, 8, 4, 0, 0, 0), (128, 64, 8, 8, 3, 0), (64, 32, 16, -8, -5, 0),
     (32, 16, 16, 40, 30, 1), (128, 64, 9, 24, 0, 1)])
 def test_a_tma_load_places_the_box_swizzled_and_fills_out_of_bounds(
-        ext, order, span, box_cols, box_rows, x, y, fill):
+        probe, order, span, box_cols, box_rows, x, y, fill):
     rows, cols = 37, 60
     tensor, geometry = tma_case(rows, cols, box_cols, box_rows, span, x, y)
     geometry[6] = fill
     out = torch.zeros(box_cols * box_rows, dtype=torch.float16)
     rc = torch.zeros(1, dtype=torch.int32)
     with ab.thread_order(order):
-        ext.run("tma_load", [tensor, out, rc], 1, 0, geometry)
+        run(probe, "tma_load", [tensor, out, rc], 1, 0, geometry, host=[2])
     assert rc.item() == 0
     outside = float("nan") if fill else 0.0
     for (r, c), slot in box_places(box_cols, box_rows, span).items():
@@ -269,7 +301,7 @@ def test_a_tma_load_is_racecheck_clean_and_lands_at_the_wait_in_reverse_order(ex
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("span,box_cols,box_rows,x,y", [
     (0, 8, 8, 4, 2), (128, 64, 8, 0, 32), (64, 32, 4, 40, -1)])
-def test_a_tma_store_writes_the_box_in_bounds_only(ext, order, span, box_cols,
+def test_a_tma_store_writes_the_box_in_bounds_only(probe, order, span, box_cols,
                                                    box_rows, x, y):
     rows, cols = 35, 60
     tensor, geometry = tma_case(rows, cols, box_cols, box_rows, span, x, y)
@@ -278,7 +310,7 @@ def test_a_tma_store_writes_the_box_in_bounds_only(ext, order, span, box_cols,
                       generator=torch.Generator().manual_seed(7)).half()
     rc = torch.zeros(1, dtype=torch.int32)
     with ab.thread_order(order):
-        ext.run("tma_store", [tensor, box, rc], 0, 0, geometry)
+        run(probe, "tma_store", [tensor, box, rc], 0, 0, geometry, host=[2])
     assert rc.item() == 0
     want = before.clone()
     for (r, c), slot in box_places(box_cols, box_rows, span).items():
@@ -303,12 +335,12 @@ def test_cu_tensor_map_encode_tiled_refuses_what_the_driver_refuses(ext, capfd, 
 
 def test_the_sanitizer_reports_an_accumulator_read_before_the_wait(ext):
     with ab.sanitize():   # the same wgmma, read after its wait: clean
-        D, want, _ = run_wgmma(ext, 6, 128, kind=2)
+        D, want, _ = run_wgmma((ext, "cpu"), 6, 128, kind=2)
     torch.testing.assert_close(D, want, rtol=1e-5, atol=1e-4)
     with ab.sanitize(), pytest.raises(ab.MemcheckError,
                                       match=r"read .* is an accumulator of the "
                                             r"wgmma\.mma_async on line \d+, in flight"):
-        run_wgmma(ext, 0, 128, kind=8)
+        run_wgmma((ext, "cpu"), 0, 128, kind=8)
 
 
 def test_a_tma_store_is_sanitizer_clean(ext):
@@ -326,7 +358,7 @@ def test_a_tma_store_is_sanitizer_clean(ext):
 
 
 @pytest.mark.parametrize("order", ORDERS)
-def test_a_bulk_copy_and_arrivals_complete_a_phase_that_test_wait_sees(ext, order):
+def test_a_bulk_copy_and_arrivals_complete_a_phase_that_test_wait_sees(probe, order):
     """cp.async.bulk's bytes and 128 arrivals (64 of them arrive_drop) complete phase
     0, seen by test_wait with each thread's state; phase 1 then needs only the 64
     arrivals the drop left."""
@@ -335,6 +367,6 @@ def test_a_bulk_copy_and_arrivals_complete_a_phase_that_test_wait_sees(ext, orde
                       generator=torch.Generator().manual_seed(9))
     out = torch.zeros(n // 4 + 4, dtype=torch.int32)
     with ab.thread_order(order):
-        ext.run("bulk_copy", [x, out], n, 0, [])
+        run(probe, "bulk_copy", [x, out], n, 0)
     assert torch.equal(out[:n // 4], x)
     assert out[n // 4:].tolist() == [1, 2, 3, 4]

@@ -698,3 +698,20 @@ inline CUresult cuTensorMapEncodeTiled(
   std::memcpy(map, &t, sizeof t);
   return CUDA_SUCCESS;
 }
+
+// The driver's entry points through the runtime, as code that links no libcuda gets
+// cuTensorMapEncodeTiled: the one driver function the emulator has.
+enum cudaDriverEntryPointFlags { cudaEnableDefault = 0 };
+enum cudaDriverEntryPointQueryResult {
+  cudaDriverEntryPointSuccess = 0, cudaDriverEntryPointSymbolNotFound = 1,
+  cudaDriverEntryPointVersionNotSufficent = 2
+};
+inline cudaError_t cudaGetDriverEntryPointByVersion(
+    const char* symbol, void** fn, unsigned int, unsigned long long,
+    cudaDriverEntryPointQueryResult* status = nullptr) {
+  const bool found = std::strcmp(symbol, "cuTensorMapEncodeTiled") == 0;
+  *fn = found ? reinterpret_cast<void*>(&cuTensorMapEncodeTiled) : nullptr;
+  if (status)
+    *status = found ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+  return cudaSuccess;
+}
