@@ -21,9 +21,10 @@ from . import args, bench, exercises, ops, reference, toolchain
 from .args.decode import KVCachePlan, plan_kvcache
 from .bench import peak_memory
 from .figures import show_kernel, show_source
-from .ops import (GEMM_STEPS, SOFTMAX_KERNELS, TC_STEPS, Attention, PagedKVCache,
-                  attention, attention_with_kvcache, flash_attention_fp32,
-                  flash_attention_tc, gemm, kv_cache_append, softmax)
+from .ops import (GEMM_STEPS, HOPPER_STEPS, SOFTMAX_KERNELS, TC_STEPS, Attention,
+                  PagedKVCache, attention, attention_with_kvcache,
+                  flash_attention_fp32, flash_attention_hopper, flash_attention_tc,
+                  gemm, kv_cache_append, softmax)
 from .reference import attention_reference, expand_kv, flash_attention_tiles, masks
 from .toolchain import (CompileError, InitcheckError, KernelFault, KernelInterrupted,
                         KernelTimeout, MemcheckError, RaceError, SanitizerError,

@@ -99,6 +99,12 @@ LAUNCHES = {
         dev, lambda q, k, v: ops.attention(q, k, v, is_causal=True, enable_gqa=True),
         d, t))
        for n, d, t in (("fp16", 64, torch.float16), ("bf16", 128, torch.bfloat16))},
+    # chapter 12's: sm_90a code, the emulator's or an H100's/H200's
+    **{f"hopper step {s}": (lambda dev, s=s: ops.flash_attention_hopper(
+        *_qkv(dev, 1, 2, 70, 130, 64, torch.float16), is_causal=True, step=s))
+       for s in ops.HOPPER_STEPS},
+    "hopper bf16": lambda dev: ops.flash_attention_hopper(
+        *_qkv(dev, 1, 2, 17, 70, 128, torch.bfloat16), step=1),
     "tensor cores backward step 1": lambda dev: _backward(
         dev, lambda q, k, v: ops.flash_attention_tc(
             q, k, v, is_causal=True, backward_step=1), 64, torch.float16),

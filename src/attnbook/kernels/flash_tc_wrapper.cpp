@@ -9,33 +9,22 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
                                 at::Tensor bias, at::Tensor lengths,
                                 const std::vector<int64_t>& mask_options, double scale,
                                 int64_t step, int64_t block_q, int64_t block_k) {
-  const bool bf16 = q.scalar_type() == at::kBFloat16;
-  const auto dtype = bf16 ? at::kBFloat16 : at::kHalf;
-  const Layout lq = layout_of(q, "q", dtype), lk = layout_of(k, "k", dtype),
-               lv = layout_of(v, "v", dtype);
-  const auto [B, H, Hkv, Sq, Sk, D] = attention_shape(q, k, v);
-  TORCH_CHECK(B * H <= INT32_MAX && Sq <= INT32_MAX - 256 && Sk <= INT32_MAX - 256,
-              "B·H, Sq and Sk must be below 2^31 - 256");
   TORCH_CHECK(block_q % 16 == 0 && block_q > 0, "block_q must be a multiple of 16");
-  const MaskParams mask = mask_params(bias, lengths, mask_options);
+  const HalfForward f = half_forward(q, k, v, bias, lengths, mask_options);
   attnbook::DeviceGuard guard(q);
-  at::Tensor o = q.new_empty({B, H, Sq, D});
-  at::Tensor lse = q.new_empty({B, H, Sq}, q.options().dtype(at::kFloat));
-  if (o.numel() == 0) return {o, lse.fill_(-INFINITY)};
-  check_aligned(q, "q");
-  check_aligned(k, "k");
-  check_aligned(v, "v");
+  if (f.o.numel() == 0) return {f.o, f.lse.fill_(-INFINITY)};
   const TcStatus status = flash_tc_forward(
-      bf16, int(step), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-      lse.data_ptr<float>(), lq, lk, lv, int(B), int(H), int(Hkv), int(Sq), int(Sk),
-      int(D), int(block_q), int(block_k), float(scale), mask, attnbook::stream());
-  TORCH_CHECK(status != kTcNotCompiled, "step ", step, " with head_dim ", D,
+      f.bf16, int(step), q.data_ptr(), k.data_ptr(), v.data_ptr(), f.o.data_ptr(),
+      f.lse.data_ptr<float>(), f.lq, f.lk, f.lv, int(f.n.B), int(f.n.H), int(f.n.Hkv),
+      int(f.n.Sq), int(f.n.Sk), int(f.n.D), int(block_q), int(block_k), float(scale),
+      f.mask, attnbook::stream());
+  TORCH_CHECK(status != kTcNotCompiled, "step ", step, " with head_dim ", f.n.D,
               " and tiles ", block_q, "x", block_k, " is not compiled");
   TORCH_CHECK(status != kTcArch, "this GPU lacks the tensor cores for ",
               q.scalar_type(), " (fp16 needs sm_75, bf16 sm_80)");
   TORCH_CHECK(status != kTcSharedMemory, "tiles ", block_q, "x", block_k,
-              " at head_dim ", D,
+              " at head_dim ", f.n.D,
               " need more shared memory than this GPU gives a block");
   attnbook::check_launch();
-  return {o, lse};
+  return {f.o, f.lse};
 }

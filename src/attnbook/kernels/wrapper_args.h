@@ -127,3 +127,38 @@ inline KVCache kv_cache_of(const at::Tensor& k_cache, const at::Tensor& v_cache,
   c.capacity = int(capacity);
   return c;
 }
+
+// What a half-precision forward's wrapper hands its launcher (chapters 8 and 12): q,
+// k, v checked (fp16 or bf16; unless o is empty, rows on 16 bytes), their layouts and
+// sizes, the mask, and new o [B, H, Sq, D] of q's dtype and lse float [B, H, Sq].
+struct HalfForward {
+  bool bf16;
+  Layout lq, lk, lv;
+  AttentionShape n;
+  MaskParams mask;
+  at::Tensor o, lse;
+};
+inline HalfForward half_forward(const at::Tensor& q, const at::Tensor& k,
+                                const at::Tensor& v, const at::Tensor& bias,
+                                const at::Tensor& lengths,
+                                const std::vector<int64_t>& mask_options) {
+  HalfForward f;
+  f.bf16 = q.scalar_type() == at::kBFloat16;
+  const auto dtype = f.bf16 ? at::kBFloat16 : at::kHalf;
+  f.lq = layout_of(q, "q", dtype);
+  f.lk = layout_of(k, "k", dtype);
+  f.lv = layout_of(v, "v", dtype);
+  f.n = attention_shape(q, k, v);
+  TORCH_CHECK(f.n.B * f.n.H <= INT32_MAX && f.n.Sq <= INT32_MAX - 256 &&
+                  f.n.Sk <= INT32_MAX - 256,
+              "B·H, Sq and Sk must be below 2^31 - 256");
+  f.mask = mask_params(bias, lengths, mask_options);
+  f.o = q.new_empty({f.n.B, f.n.H, f.n.Sq, f.n.D});
+  f.lse = q.new_empty({f.n.B, f.n.H, f.n.Sq}, q.options().dtype(at::kFloat));
+  if (f.o.numel() > 0) {
+    check_aligned(q, "q");
+    check_aligned(k, "k");
+    check_aligned(v, "v");
+  }
+  return f;
+}

@@ -12,6 +12,8 @@ import dataclasses
 
 import torch
 
+from cuda_emulator.build import arch_number
+
 from ..toolchain.compile import compile, kernel_source
 
 __all__ = ["Extension", "EXTENSIONS", "extension", "markdown_table"]
@@ -26,18 +28,28 @@ class Extension:
     chapter: str           # the chapter that teaches the kernel
     op: str                # torch.ops.attnbook.<op> calls it
     test: str              # tests/<test>: its kernels against the reference
+    arch: str | None = None   # an architecture's own code ("sm_90a"): the emulator
+                              # builds for it, and a GPU of that architecture does
 
     def module(self, device):
         """The loaded extension for ``device`` (a CUDA device builds with nvcc for its
         GPU, anything else for the emulator), compiled once per process and back
         end."""
-        backend = "cuda" if torch.device(device).type == "cuda" else "emulator"
+        device = torch.device(device)
+        backend = "cuda" if device.type == "cuda" else "emulator"
+        arch = self.arch if backend == "emulator" or (
+            self.arch and arch_number(self.arch) == _capability(device)) else None
         key = (self.name, backend)
         if key not in _modules:
             _modules[key] = compile(self.name, kernel_source(self.kernel),
                                     kernel_source(self.wrapper), self.functions,
-                                    backend=backend, guard_memory=False)
+                                    backend=backend, arch=arch, guard_memory=False)
         return _modules[key]
+
+
+def _capability(device) -> int:
+    major, minor = torch.cuda.get_device_capability(device)
+    return 100 * major + 10 * minor
 
 
 _modules = {}
@@ -63,6 +75,9 @@ EXTENSIONS = (
               ("backward",), "11", "flash_backward", "test_backward.py"),
     Extension("flash_bwd_tc", "flash_bwd_tc.cu", "flash_bwd_tc_wrapper.cpp",
               ("backward",), "11", "flash_tc_backward", "test_flash_bwd_tc.py"),
+    Extension("flash_hopper", "flash_hopper.cu", "flash_hopper_wrapper.cpp",
+              ("forward",), "12", "flash_hopper_forward", "test_flash_hopper.py",
+              arch="sm_90a"),
 )
 _BY_NAME = {e.name: e for e in EXTENSIONS}
 

@@ -1,0 +1,17 @@
+// The host launcher of chapter 12's Hopper forward (flash_hopper.cu), every step of
+// the chapter behind it. Host code only.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "flash_tc.h"   // TcStatus, and the same arguments as chapter 8's forward
+
+// fp16 (bf16 = false) or bf16 q [B, H, Sq, D], k and v [B, Hkv, Sk, D] with strides
+// lq, lk, lv whose rows start on 16 bytes; o: contiguous [B, H, Sq, D] of their dtype;
+// lse: float [B, H, Sq]. step: the chapter's steps (1: wgmma from shared memory); a
+// block is one warpgroup of Br = 64 query rows and streams key tiles of Bc = 64; D 64
+// or 128. Needs an sm_90 GPU and a build for sm_90a (kTcArch otherwise).
+TcStatus flash_hopper_forward(bool bf16, int step, const void* q, const void* k,
+                              const void* v, void* o, float* lse, const Layout& lq,
+                              const Layout& lk, const Layout& lv, int B, int H, int Hkv,
+                              int Sq, int Sk, int D, float scale,
+                              const MaskParams& mask, cudaStream_t stream);
