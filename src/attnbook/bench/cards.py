@@ -42,6 +42,7 @@ from ..ops.backward import flash_backward
 from ..ops.backward_tc import flash_tc_backward
 from ..ops.decode import attention_with_kvcache
 from ..ops.flash import flash_attention_fp32
+from ..ops.flash_hopper import flash_attention_hopper
 from ..ops.flash_tc import flash_attention_tc
 from ..ops.gemm import gemm
 from ..ops.kv_cache import kv_cache_append
@@ -224,7 +225,9 @@ def design_card(spec: Spec) -> Card:
         spec.run(*args)
     text = kernel_source(spec.source)
     static = {arch: ptxas_report(text, arch) for arch in spec.archs}
-    loops = ({arch: sass_report(text, arch) for arch in SASS_ARCHS}
+    # an architecture's own code ("sm_90a") is read where it is built
+    sass_archs = [a for a in spec.archs if a in SASS_ARCHS or a.endswith("a")]
+    loops = ({arch: sass_report(text, arch) for arch in sass_archs}
              if spec.tensor_cores and find_nvdisasm() else {})
     fmas = ({arch: fma_report(text, arch) for arch in SASS_ARCHS}
             if spec.chapter in FMA_CHAPTERS and not spec.tensor_cores
@@ -235,13 +238,13 @@ def design_card(spec: Spec) -> Card:
         raise LookupError(f"{spec.name}: {len(report.launches)} launches, "
                           f"{len(names)} names in Spec.kernels")
     for launch, compiled in zip(report.launches, names):
-        name = _instance(static["sm_80"], launch.kernel, compiled)
+        name = _instance(static[spec.archs[0]], launch.kernel, compiled)
         threads = launch.block[0] * launch.block[1] * launch.block[2]
         per_arch = {}
         for arch in spec.archs:
             st = dict(static[arch][name])
             occ = occupancy(st["registers"], st["shared_bytes"] + launch.shared_bytes,
-                            threads, arch)
+                            threads, arch.rstrip("a"))
             per_arch[arch] = dict(st, occupancy=occ["occupancy"], blocks=occ["blocks"],
                                   bound_by=occ["bound_by"])
         sass = {arch: loops[arch][name] for arch in loops if name in loops[arch]}
@@ -534,6 +537,14 @@ SPECS = [
       for size, dtype, kernel in ((2, torch.float16, "decode_tc_kernel<__half, 128>"),
                                   (4, torch.float32, "decode_kernel<float, 128>"))),
     *(_backward_spec(step, d) for step in (1, 2, "tc 1", "tc 2") for d in (D, 128)),
+    # chapter 12's: sm_90a code (its HGMMA loops are not read yet)
+    *(Spec(f"hopper step 1{'' if d == D else f' D={d}'}", "12",
+           _SHAPE.replace(f"D={D}", f"D={d}") + " fp16", "flash_hopper.cu",
+           lambda d=d: flash_attention_hopper(*_attention(torch.float16, d), step=1),
+           flops=attention_flops(B, H, S, S, d),
+           min_bytes=attention_bytes(B, H, S, S, d, itemsize=2), tensor_cores=True,
+           kernels=(f"flash_hopper_wgmma_kernel<__half, {d}, 64>",), archs=("sm_90a",))
+      for d in (D, 128)),
 ]
 
 

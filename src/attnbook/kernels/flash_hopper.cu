@@ -1,36 +1,14 @@
 // Chapter 12's Hopper forward, every step of the chapter behind one launcher, with
 // chapter 8's arguments (flash_tc.cu). The steps:
 //   1 wgmma from shared memory, cp.async double buffering  flash_hopper_1_wgmma.cuh
-// The kernels are sm_90a code: built for anything else their bodies are empty and the
-// launcher refuses (kTcArch), so that nothing runs that would leave o unwritten.
+// The kernels are sm_90a code: built for anything else they trap, so that nothing runs
+// that would leave o unwritten (ops/flash_hopper.py builds them for sm_90a and calls
+// them only on an sm_90 GPU or the emulator).
 #include <algorithm>
 #include <type_traits>
 
 #include "flash_hopper.h"
 #include "flash_hopper_1_wgmma.cuh"
-
-// Whether this build's device code has sm_90a's instructions: a one-thread kernel
-// says, once per process.
-__global__ void flash_hopper_built_for_sm90a(int* yes) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  *yes = 1;
-#else
-  *yes = 0;
-#endif
-}
-
-static bool built_for_sm90a() {
-  static const bool yes = [] {
-    int* d = nullptr;
-    int h = 0;
-    if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) return false;
-    flash_hopper_built_for_sm90a<<<1, 1>>>(d);
-    cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost);
-    cudaFree(d);
-    return h == 1;
-  }();
-  return yes;
-}
 
 template <class T, int D>
 static TcStatus launch(const void* q, const void* k, const void* v, void* o, float* lse,
@@ -39,7 +17,6 @@ static TcStatus launch(const void* q, const void* k, const void* v, void* o, flo
                        const MaskParams& mask, cudaStream_t stream) {
   constexpr int Br = 64, Bc = 64, bytes = hopper_bytes<D, Bc>();
   const auto kernel = flash_hopper_wgmma_kernel<T, D, Bc>;
-  if (!built_for_sm90a()) return kTcArch;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            bytes) != cudaSuccess)
     return kTcSharedMemory;

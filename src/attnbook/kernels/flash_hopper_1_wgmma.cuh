@@ -26,7 +26,7 @@ __device__ __forceinline__ uint64_t n_major_desc(uint32_t addr, uint32_t panel) 
          uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
 }
 
-// (On other targets these are empty, and so is the kernel: see flash_hopper.cu.)
+// (On other targets these are empty, and the kernel traps: see flash_hopper.cu.)
 __device__ __forceinline__ void wgmma_fence() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -271,5 +271,7 @@ __global__ void __launch_bounds__(128)
   cp_async_wait<0>();
   store_rows<T, D / 8, true>(acc, m, l, o + size_t(bh) * Sq * D, lse + size_t(bh) * Sq,
                              row_lo + 16 * warp, Sq, lane);
+#else
+  __trap();   // built without sm_90a's instructions
 #endif
 }

@@ -18,8 +18,6 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
       int(f.n.Sq), int(f.n.Sk), int(f.n.D), float(scale), f.mask, attnbook::stream());
   TORCH_CHECK(status != kTcNotCompiled, "step ", step, " with head_dim ", f.n.D,
               " is not compiled");
-  TORCH_CHECK(status != kTcArch, "the Hopper kernels need an sm_90 GPU (H100, H200) "
-              "and a build for sm_90a");
   TORCH_CHECK(status != kTcSharedMemory,
               "this GPU gives a block less shared memory than the kernel needs");
   attnbook::check_launch();
