@@ -600,7 +600,7 @@ class _Asm:
         known = {"shared", "shared::cta", "shared::cluster", "b64", "release",
                  "acquire", "relaxed", "cta", "cluster", "parity", "expect_tx",
                  "noComplete"}
-        if set(parts[2:]) - known or parts[-1] != "b64" and kind != "pending_count":
+        if set(parts[2:]) - known or parts[-1] != "b64":
             raise _Unsupported(opcode)
         arch = 900 if "expect_tx" in parts or kind in (
             "complete_tx", "expect_tx", "try_wait") else 800
