@@ -12,6 +12,7 @@
 #pragma once
 
 #include <deque>
+#include <optional>
 
 #include "emu_ptx.h"
 
@@ -486,17 +487,29 @@ inline float element16(bool bf16, const void* p) {
   return bf16 ? to_float<__nv_bfloat16>(bits) : to_float<__half>(bits);
 }
 
-// The element at (mn, k) of a descriptor's matrix; `note`: the checked build sees the
-// read (when issued).
-inline const void* matrix_element(int line, uint64_t desc, uint32_t mn, uint32_t k,
-                                  bool mn_major) {
-  const MatrixDescriptor m(desc);
-  if (m.base_offset)
-    fail_at("wgmma.mma_async", line, "a descriptor's base offset other than 0 (the "
-                                     "emulator takes tiles on their swizzle pattern's "
-                                     "boundary)");
-  return from_descriptor(line, m.address(mn, k, mn_major), "wgmma.mma_async");
-}
+// A descriptor's matrix, read for one wgmma: the shared object of its first element,
+// found once, holds (nearly) all the others, whose host addresses are then arithmetic.
+struct SharedMatrix {
+  MatrixDescriptor m;
+  bool mn_major;
+  int line;
+  Window object;
+  SharedMatrix(int line_, uint64_t desc, bool mn_major_)
+      : m(desc), mn_major(mn_major_), line(line_) {
+    if (m.base_offset)
+      fail_at("wgmma.mma_async", line, "a descriptor's base offset other than 0 (the "
+                                       "emulator takes tiles on their swizzle "
+                                       "pattern's boundary)");
+    object = window_of(line, m.address(0, 0, mn_major), "wgmma.mma_async");
+  }
+  // The element at (mn, k).
+  const void* at(uint32_t mn, uint32_t k) const {
+    const uint32_t a = m.address(mn, k, mn_major);
+    if (a - object.low < object.bytes)
+      return reinterpret_cast<const void*>(object.host + (a - object.low));
+    return from_descriptor(line, a, "wgmma.mma_async");
+  }
+};
 
 // This thread's rows (2) and columns (n / 4) of the product, computed into op.acc.
 inline void compute(WgmmaOp& op) {
@@ -504,18 +517,22 @@ inline void compute(WgmmaOp& op) {
   const uint32_t rows[2] = {uint32_t(16 * w + l / 4), uint32_t(16 * w + l / 4 + 8)};
   EmulatorCode guard(rt());
   float a[2][16];
-  for (int r = 0; r < 2; ++r)
-    for (uint32_t k = 0; k < 16; ++k)
-      a[r][k] = op.neg_a * (op.a_in_smem ? element16(op.bf16, matrix_element(
-                                op.line, op.a_desc, rows[r], k, op.a_mn_major))
-                                         : op.a[r][k]);
+  if (op.a_in_smem) {
+    const SharedMatrix m(op.line, op.a_desc, op.a_mn_major);
+    for (int r = 0; r < 2; ++r)
+      for (uint32_t k = 0; k < 16; ++k)
+        a[r][k] = op.neg_a * element16(op.bf16, m.at(rows[r], k));
+  } else {
+    for (int r = 0; r < 2; ++r)
+      for (int k = 0; k < 16; ++k) a[r][k] = op.neg_a * op.a[r][k];
+  }
+  const SharedMatrix b_matrix(op.line, op.b_desc, op.b_mn_major);
   for (int j = 0; j < op.n / 8; ++j)
     for (int c = 0; c < 2; ++c) {
       const uint32_t col = uint32_t(8 * j + 2 * (l % 4) + c);
       float b[16];
       for (uint32_t k = 0; k < 16; ++k)
-        b[k] = op.neg_b * element16(op.bf16, matrix_element(op.line, op.b_desc, col, k,
-                                                            op.b_mn_major));
+        b[k] = op.neg_b * element16(op.bf16, b_matrix.at(col, k));
       for (int r = 0; r < 2; ++r) {
         float& acc = op.acc[size_t(4 * j + 2 * r + c)];
         float sum = op.scale_d ? acc : 0.f;
@@ -529,16 +546,16 @@ inline void compute(WgmmaOp& op) {
 inline void note_operands(const WgmmaOp& op) {
   if (!kChecked) return;
   const int t = rt().cur->linear % 128, w = t / 32, l = t % 32;
+  std::optional<SharedMatrix> a;
+  if (op.a_in_smem) a.emplace(op.line, op.a_desc, op.a_mn_major);
+  const SharedMatrix b(op.line, op.b_desc, op.b_mn_major);
   for (uint32_t k = 0; k < 16; ++k) {
-    if (op.a_in_smem)
+    if (a)
       for (int r = 0; r < 2; ++r)
-        note_access(matrix_element(op.line, op.a_desc, uint32_t(16 * w + l / 4 + 8 * r),
-                                   k, op.a_mn_major), 2, false);
+        note_access(a->at(uint32_t(16 * w + l / 4 + 8 * r), k), 2, false);
     for (int j = 0; j < op.n / 8; ++j)
       for (int c = 0; c < 2; ++c)
-        note_access(matrix_element(op.line, op.b_desc,
-                                   uint32_t(8 * j + 2 * (l % 4) + c), k, op.b_mn_major),
-                    2, false);
+        note_access(b.at(uint32_t(8 * j + 2 * (l % 4) + c), k), 2, false);
   }
 }
 

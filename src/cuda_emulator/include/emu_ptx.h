@@ -135,14 +135,18 @@ inline void* from_shared(uint64_t address) {
 }
 // The shared object at offset `low` (an address's low 18 bits, as a wgmma descriptor
 // keeps it), for `what`.
-inline void* from_descriptor(int line, uint32_t low, const char* what) {
+inline Window window_of(int line, uint32_t low, const char* what) {
   EmulatorCode guard(rt());
   for (const Window& v : windows().all)
-    if (low - v.low < v.bytes) return reinterpret_cast<void*>(v.host + (low - v.low));
+    if (low - v.low < v.bytes) return v;
   char buf[200];
   std::snprintf(buf, sizeof buf, "%s on line %d: shared offset 0x%x is in no shared "
                 "object of this block", what, line, low);
   fail(buf);
+}
+inline void* from_descriptor(int line, uint32_t low, const char* what) {
+  const Window v = window_of(line, low, what);
+  return reinterpret_cast<void*>(v.host + (low - v.low));
 }
 inline void* from_global(uint64_t address) { return reinterpret_cast<void*>(address); }
 
