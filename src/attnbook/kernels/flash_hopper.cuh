@@ -1,0 +1,58 @@
+// The pieces chapter 12's Hopper forward steps share (flash_hopper_*.cuh): their
+// shared memory and the work of one key tile for a warpgroup's 64 query rows.
+//
+// Shared memory: every tile is stored as panels of 64 columns, [rows][64] 16-bit
+// elements with 128-byte rows, on 1 KiB, swizzled as wgmma's 128-byte swizzle reads
+// them (chunk c of row r at chunk c XOR r % 8: chapter 8's tile_offset<64, true>, and
+// what TMA's 128-byte swizzle writes). Q: [D/64][64][64]; K and V: [2][D/64][Bc][64]
+// each.
+#pragma once
+#include "flash_tc.cuh"
+#include "hopper.cuh"
+
+// Dynamic shared memory, with a kilobyte to put Q on 1 KiB whatever the base.
+template <int D, int Bc>
+constexpr int hopper_bytes() {
+  return 2 * (64 * D + 4 * Bc * D) + 1024;
+}
+
+// One key tile j0..j0+Bc-1 for a warpgroup's 64 rows row_lo..row_hi (this thread's
+// warp `warp` of it owns 16): S = Q Kᵀ as a chain of m64n64k16 wgmmas over the D / 16
+// slices of the head dimension (Q and K panels at shared addresses q_addr and k_addr),
+// the scale, the mask and the online softmax, then O += P V with P from registers and
+// V's panels at v_addr. Every wgmma it issues has landed when it returns.
+template <class T, int D, int Bc>
+__device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2],
+                                            float (&l)[2], uint32_t q_addr,
+                                            uint32_t k_addr, uint32_t v_addr,
+                                            const MaskParams& mask, int b, int h,
+                                            int row_lo, int row_hi, int j0, int Sq,
+                                            int Sk, float scale, int warp, int lane) {
+  constexpr int q_panel = 64 * 64, kv_panel = Bc * 64;
+  // S = Q Kᵀ: slice kk of the head dimension is 32 bytes into a panel's rows
+  float s[Bc / 8][4];
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint32_t at = 32 * (kk % 4);
+    wgmma_64x64_ss<T>(s, k_major_desc(q_addr + 2 * (kk / 4) * q_panel + at),
+                      k_major_desc(k_addr + 2 * (kk / 4) * kv_panel + at), kk > 0);
+  }
+  wgmma_commit_and_wait();
+  const bool unmasked = tile_unmasked(mask, b, row_lo, row_hi, j0, j0 + Bc, Sq, Sk);
+  scale_and_mask<Bc / 8, true>(s, unmasked, mask, b, h, row_lo + 16 * warp, j0, Sq,
+                               Sk, scale, lane);
+  online_softmax<Bc / 8, D / 8, true>(s, acc, m, l);
+
+  // O += P V: P's slice j is S's accumulators of keys 16j..16j+15, packed as A
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < Bc / 16; ++j) {
+    const uint32_t a[4] = {pack2<T>(s[2 * j][0], s[2 * j][1]),
+                           pack2<T>(s[2 * j][2], s[2 * j][3]),
+                           pack2<T>(s[2 * j + 1][0], s[2 * j + 1][1]),
+                           pack2<T>(s[2 * j + 1][2], s[2 * j + 1][3])};
+    wgmma_rs<T, D>(acc, a, n_major_desc(v_addr + 16 * 128 * j, 2 * kv_panel), 1);
+  }
+  wgmma_commit_and_wait();
+}
