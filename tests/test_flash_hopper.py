@@ -67,23 +67,41 @@ def test_log_sum_exp_large_scores_and_empty_rows(dtype, device):
         torch.testing.assert_close(lse.double(), rlse, rtol=1e-5, atol=1e-2)
     q, k, v = inputs((1, 1, 1, 80, 10, 64), dtype, device)   # causal: 70 rows see no
     v[:, :, 3] = NAN                                         # key, not even 0·NaN
-    o, lse = ab.flash_attention_hopper(q, k, v, is_causal=True, return_lse=True)
-    assert (o[:, :, :70] == 0).all() and (lse[:, :, :70] == -INF).all()
+    for step in STEPS:
+        o, lse = ab.flash_attention_hopper(q, k, v, is_causal=True, return_lse=True,
+                                           step=step)
+        assert (o[:, :, :70] == 0).all() and (lse[:, :, :70] == -INF).all()
 
 
-@pytest.mark.parametrize("which,value", list(itertools.product("qkv", [NAN, INF])))
-def test_nan_and_inf_as_in_sdpa(which, value, device):
+@pytest.mark.parametrize("step,which,value",
+                         list(itertools.product(STEPS, "qkv", [NAN, INF])))
+def test_nan_and_inf_as_in_sdpa(step, which, value, device):
     q, k, v = inputs((1, 2, 1, 9, 70, 64), torch.float16, device, seed=2)
     dict(q=q, k=k, v=v)[which][:, :, 3 if which == "q" else 66, 1] = value
-    out = ab.flash_attention_hopper(q, k, v)
+    out = ab.flash_attention_hopper(q, k, v, step=step)
     want = ab.flash_attention_tc(q, k, v)   # chapter 8's, tested against SDPA's
     assert torch.equal(out.isnan(), want.isnan())
     torch.testing.assert_close(out.nan_to_num(), want.nan_to_num(), rtol=1e-2,
                                atol=1e-2)
 
 
+@pytest.mark.parametrize("step", STEPS)
+def test_views_as_models_pass_them(step, device):
+    """[B, S, H, D] memory seen as [B, H, S, D] (the strides a TMA map takes in any
+    order), keys and values broadcast over the batch (stride 0: copied for TMA), and
+    one head of several batches (a stride the map is given, not the view's)."""
+    q, k, v = inputs((2, 3, 3, 70, 90, 64), torch.float16, device, seed=5)
+    bshd = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]
+    check_close(ab.flash_attention_hopper(*bshd, step=step), q, k, v, None)
+    k1, v1 = (t[:1].expand(2, -1, -1, -1) for t in (k, v))
+    check_close(ab.flash_attention_hopper(q, k1, v1, step=step), q, k1, v1, None)
+    one = [t[:, 1:2] for t in (q, k, v)]
+    check_close(ab.flash_attention_hopper(*one, is_causal=True, step=step), *one,
+                torch.ones(70, 90, dtype=torch.bool).tril(20))
+
+
 @pytest.mark.parametrize("call,err,match", [
-    (lambda q: ab.flash_attention_hopper(q, q, q, step=2), ValueError, "step must"),
+    (lambda q: ab.flash_attention_hopper(q, q, q, step=9), ValueError, "step must"),
     (lambda q: ab.flash_attention_hopper(q[..., :32], q[..., :32], q[..., :32]),
      ValueError, "head_dim 32 is not compiled"),
     (lambda q: ab.flash_attention_hopper(q.float(), q.float(), q.float()), TypeError,

@@ -20,6 +20,8 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
               " is not compiled");
   TORCH_CHECK(status != kTcSharedMemory,
               "this GPU gives a block less shared memory than the kernel needs");
+  TORCH_CHECK(status != kTcTensorMap, "the driver refused a TMA tensor map of q, k or "
+              "v (step ", step, " needs 16-byte-aligned rows and strides)");
   attnbook::check_launch();
   return {f.o, f.lse};
 }

@@ -7,8 +7,11 @@
 #include "layout.h"
 #include "mask_params.h"
 
-// What flash_tc_forward reports: launched, or why not.
-enum TcStatus { kTcLaunched = 0, kTcNotCompiled, kTcArch, kTcSharedMemory };
+// What flash_tc_forward (and chapter 12's flash_hopper_forward) report: launched, or
+// why not (kTcTensorMap: the driver refused a TMA tensor map of q, k or v).
+enum TcStatus {
+  kTcLaunched = 0, kTcNotCompiled, kTcArch, kTcSharedMemory, kTcTensorMap
+};
 
 // fp16 (bf16 = false) or bf16 q [B, H, Sq, D], k and v [B, Hkv, Sk, D] with strides
 // lq, lk, lv whose rows start on 16 bytes; o: contiguous [B, H, Sq, D] of their dtype;

@@ -1,11 +1,12 @@
 // Hopper's asynchronous instructions as chapter 12's kernels use them, one small
-// device function each: wgmma's matrix descriptors and its fence / commit / wait, the
-// wgmma shapes of the chapter. sm_90a code: built for any other target they are empty
-// (the kernels that call them trap there, see flash_hopper.cu). The emulator runs the
-// same inline PTX (appendix A).
+// device function each: wgmma's matrix descriptors, its fence / commit / wait and the
+// chapter's wgmma shapes; mbarriers and TMA loads. sm_90a code: built for any other
+// target they are empty (the kernels that call them trap there, see flash_hopper.cu).
+// The emulator runs the same inline PTX (appendix A).
 #pragma once
 #include <cstdint>
 #include <type_traits>
+#include <cuda.h>   // CUtensorMap
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -173,5 +174,56 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
             "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
             "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
           : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+#endif
+}
+
+// ---- mbarrier and TMA --------------------------------------------------------------
+// An mbarrier (a 64-bit word in shared memory) completes a phase when `count` threads
+// have arrived and every byte a thread said to expect (expect_tx) has landed; waiting
+// names the phase by its parity (0, 1, 0, ... for its first, second, third phases).
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n"
+               ::"r"(shared_address(bar)), "r"(count) : "memory");
+#endif
+}
+// After the inits, before a TMA (the async proxy) completes bytes on the barriers.
+__device__ __forceinline__ void mbarrier_init_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// This thread arrives and the phase now also awaits `bytes` transferred bytes.
+__device__ __forceinline__ void mbarrier_arrive_expect(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+               ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+#endif
+}
+// Spin until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("{\n.reg .pred done;\n"
+               "WAIT:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra WAIT;\n"
+               "}\n" ::"r"(shared_address(bar)), "r"(parity) : "memory");
+#endif
+}
+// TMA: the box at coordinates (x, y, z, w) of a 4-D tensor map (innermost first) into
+// shared memory at `dst`, its bytes counted on `bar` as they land. Coordinates past
+// the tensor's edges read zeros.
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, int x,
+                                            int y, int z, int w, uint64_t* bar) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile"
+               ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+               ::"r"(shared_address(dst)), "l"(map), "r"(x), "r"(y), "r"(z), "r"(w),
+                 "r"(shared_address(bar))
+               : "memory");
 #endif
 }

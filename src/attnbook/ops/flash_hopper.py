@@ -15,7 +15,7 @@ from .registry import extension
 __all__ = ["flash_attention_hopper", "flash_hopper_forward", "HOPPER_STEPS"]
 
 # The chapter's steps, each a kernel of kernels/flash_hopper*.
-HOPPER_STEPS = {1: "wgmma from shared memory"}
+HOPPER_STEPS = {1: "wgmma from shared memory", 2: "TMA loads on mbarriers"}
 HOPPER_HEAD_DIMS = (64, 128)
 
 
@@ -26,16 +26,27 @@ def flash_hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          scale: float, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Step ``step`` of chapter 12 on checked fp16/bf16 inputs (head_dim 64 or 128): o
     [B, H, Sq, D] in q's dtype and the float32 log-sum-exp [B, H, Sq]. Inputs whose rows
-    do not start on 16 bytes are copied first."""
+    do not start on 16 bytes are copied first, and for TMA (step 2 on) those with a
+    stride of 0 (a broadcast view)."""
     if q.device.type == "cuda" and torch.cuda.get_device_capability(q.device) != (9, 0):
         raise RuntimeError(f"chapter 12's kernels are sm_90a code: they need an H100 "
                            f"or H200, not {torch.cuda.get_device_name(q.device)}")
     module = extension("flash_hopper").module(q.device)
     none = q.new_empty(0, dtype=torch.float32)
+    ready = aligned_rows if step == 1 else _tma_rows
     return tuple(module.forward(
-        aligned_rows(q), aligned_rows(k), aligned_rows(v),
+        ready(q), ready(k), ready(v),
         none if bias is None else bias,
         none if key_lengths is None else key_lengths, mask_options, scale, step))
+
+
+def _tma_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a TMA tensor map describes it: rows on 16 bytes and no index of more
+    than one value at stride 0 (the driver wants non-zero multiples of 16 bytes)."""
+    t = aligned_rows(t)
+    if any(n > 1 and s == 0 for n, s in zip(t.shape[:3], t.stride()[:3])):
+        return t.contiguous()
+    return t
 
 
 @flash_hopper_forward.register_fake
