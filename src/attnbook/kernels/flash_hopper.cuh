@@ -16,18 +16,19 @@ constexpr int hopper_bytes() {
   return 2 * (64 * D + 4 * Bc * D) + 1024;
 }
 
-// One key tile j0..j0+Bc-1 for a warpgroup's 64 rows row_lo..row_hi (this thread's
+// One key tile j0..j0+Bc-1 for a warpgroup's 64 rows from row_lo (this thread's
 // warp `warp` of it owns 16): S = Q Kᵀ as a chain of m64n64k16 wgmmas over the D / 16
 // slices of the head dimension (Q and K panels at shared addresses q_addr and k_addr),
-// the scale, the mask and the online softmax, then O += P V with P from registers and
-// V's panels at v_addr. Every wgmma it issues has landed when it returns.
-template <class T, int D, int Bc>
+// the scale (and, Masked, the mask: the tile may be partial or masked), the online
+// softmax, then O += P V with P from registers and V's panels at v_addr. Every wgmma
+// it issues has landed when it returns.
+template <class T, int D, int Bc, bool Masked>
 __device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2],
                                             float (&l)[2], uint32_t q_addr,
                                             uint32_t k_addr, uint32_t v_addr,
                                             const MaskParams& mask, int b, int h,
-                                            int row_lo, int row_hi, int j0, int Sq,
-                                            int Sk, float scale, int warp, int lane) {
+                                            int row_lo, int j0, int Sq, int Sk,
+                                            float scale, int warp, int lane) {
   constexpr int q_panel = 64 * 64, kv_panel = Bc * 64;
   // S = Q Kᵀ: slice kk of the head dimension is 32 bytes into a panel's rows
   float s[Bc / 8][4];
@@ -39,9 +40,8 @@ __device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2
                       k_major_desc(k_addr + 2 * (kk / 4) * kv_panel + at), kk > 0);
   }
   wgmma_commit_and_wait();
-  const bool unmasked = tile_unmasked(mask, b, row_lo, row_hi, j0, j0 + Bc, Sq, Sk);
-  scale_and_mask<Bc / 8, true>(s, unmasked, mask, b, h, row_lo + 16 * warp, j0, Sq,
-                               Sk, scale, lane);
+  scale_and_mask<Bc / 8, true>(s, !Masked, mask, b, h, row_lo + 16 * warp, j0, Sq, Sk,
+                               scale, lane);
   online_softmax<Bc / 8, D / 8, true>(s, acc, m, l);
 
   // O += P V: P's slice j is S's accumulators of keys 16j..16j+15, packed as A
@@ -55,4 +55,21 @@ __device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2
     wgmma_rs<T, D>(acc, a, n_major_desc(v_addr + 16 * 128 * j, 2 * kv_panel), 1);
   }
   wgmma_commit_and_wait();
+}
+
+// The key tiles [kv_begin, kv_end) in steps of Bc, tile(j0, i, masked) for the i-th:
+// those of the run [u_begin, u_end) that need no mask (unmasked_tiles) in a loop of
+// their own, without mask code (the hot loop), the others masked (chapter 8, step 6).
+template <int Bc, class Tile>
+__device__ __forceinline__ void for_each_tile(int kv_begin, int kv_end, int u_begin,
+                                              int u_end, Tile tile) {
+  int i = 0;
+  for (int j0 = kv_begin; j0 < kv_end;) {
+    if (j0 >= u_begin && j0 < u_end) {
+      for (; j0 < u_end; j0 += Bc, ++i) tile(j0, i, std::false_type{});
+    } else {
+      tile(j0, i++, std::true_type{});
+      j0 += Bc;
+    }
+  }
 }

@@ -4,7 +4,8 @@
 // over the D / 16 slices of the head dimension, both operands read from shared memory
 // through matrix descriptors; O += P V takes P from registers (S's accumulators,
 // packed) and V through a descriptor that reads it N-major (attend_tile,
-// flash_hopper.cuh). fp16 or bf16, D 64 or 128.
+// flash_hopper.cuh). The tiles that need no mask run in a loop of their own, without
+// mask code, as in chapter 8's step 6 (for_each_tile). fp16 or bf16, D 64 or 128.
 #pragma once
 #include "flash_hopper.cuh"
 
@@ -40,8 +41,10 @@ __global__ void __launch_bounds__(128)
     }
   };
 
-  int kv_begin, kv_end;
+  int kv_begin, kv_end, u_begin, u_end;
   admitted_key_range(mask, b, row_lo, row_hi, Sq, Sk, &kv_begin, &kv_end);
+  unmasked_tiles(mask, b, row_lo, row_hi, Sq, Sk, kv_begin, kv_end, Bc, &u_begin,
+                 &u_end);
   for (int p = 0; p < Panels; ++p)
     load_tile<Br, 64, true, Threads, true>(Qs + p * q_panel, qb + 64 * p, lq.s,
                                            Sq - row_lo);
@@ -49,8 +52,8 @@ __global__ void __launch_bounds__(128)
   cp_async_commit();
 
   float acc[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  for (int j0 = kv_begin, it = 0; j0 < kv_end; j0 += Bc, ++it) {
-    const int buf = it % 2, next = j0 + Bc;
+  for_each_tile<Bc>(kv_begin, kv_end, u_begin, u_end, [&](int j0, int i, auto masked) {
+    const int buf = i % 2, next = j0 + Bc;
     if (next < kv_end) load_kv(1 - buf, next, kv_end - next);
     cp_async_commit();
     cp_async_wait<1>();
@@ -58,11 +61,11 @@ __global__ void __launch_bounds__(128)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
 
-    attend_tile<T, D, Bc>(acc, m, l, q_addr, k_addr + 2 * buf * tile,
-                          v_addr + 2 * buf * tile, mask, b, h, row_lo, row_hi, j0, Sq,
-                          Sk, scale, warp, lane);
+    attend_tile<T, D, Bc, decltype(masked)::value>(
+        acc, m, l, q_addr, k_addr + 2 * buf * tile, v_addr + 2 * buf * tile, mask, b,
+        h, row_lo, j0, Sq, Sk, scale, warp, lane);
     __syncthreads();   // every warp is done with buf before it is refilled
-  }
+  });
   cp_async_wait<0>();
   store_rows<T, D / 8, true>(acc, m, l, o + size_t(bh) * Sq * D, lse + size_t(bh) * Sq,
                              row_lo + 16 * warp, Sq, lane);

@@ -47,8 +47,10 @@ __global__ void __launch_bounds__(128)
     }
   };
 
-  int kv_begin, kv_end;
+  int kv_begin, kv_end, u_begin, u_end;
   admitted_key_range(mask, b, row_lo, row_hi, Sq, Sk, &kv_begin, &kv_end);
+  unmasked_tiles(mask, b, row_lo, row_hi, Sq, Sk, kv_begin, kv_end, Bc, &u_begin,
+                 &u_end);
   if (issuer) {
     for (int i = 0; i < 3; ++i) mbarrier_init(&bar[i], 1);
     mbarrier_init_fence();
@@ -63,16 +65,16 @@ __global__ void __launch_bounds__(128)
   mbarrier_wait(&bar[0], 0);   // Q, even for a block with no key to read
 
   float acc[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  for (int j0 = kv_begin, it = 0; j0 < kv_end; j0 += Bc, ++it) {
-    const int buf = it % 2;
+  for_each_tile<Bc>(kv_begin, kv_end, u_begin, u_end, [&](int j0, int i, auto masked) {
+    const int buf = i % 2;
     // the other buffer was released by every warp at the end of the last tile
     if (issuer && j0 + Bc < kv_end) load_kv(1 - buf, j0 + Bc);
-    mbarrier_wait(&bar[1 + buf], (it / 2) % 2);
-    attend_tile<T, D, Bc>(acc, m, l, q_addr, k_addr + 2 * buf * tile,
-                          v_addr + 2 * buf * tile, mask, b, h, row_lo, row_hi, j0, Sq,
-                          Sk, scale, warp, lane);
+    mbarrier_wait(&bar[1 + buf], (i / 2) % 2);
+    attend_tile<T, D, Bc, decltype(masked)::value>(
+        acc, m, l, q_addr, k_addr + 2 * buf * tile, v_addr + 2 * buf * tile, mask, b,
+        h, row_lo, j0, Sq, Sk, scale, warp, lane);
     __syncthreads();   // every warp is done with buf before it is refilled
-  }
+  });
   store_rows<T, D / 8, true>(acc, m, l, o + size_t(bh) * Sq * D, lse + size_t(bh) * Sq,
                              row_lo + 16 * warp, Sq, lane);
 #else
