@@ -61,6 +61,18 @@ def test_an_fp32_kernels_loop_is_read_by_its_ffma():
                                                                               "k2"}
 
 
+def test_an_hgmma_counts_its_share_of_hmma():
+    """A warpgroup's HGMMA.64xNx16 is, per warp, a 16 x N x 16 product: N / 8
+    HMMA.16816s. k1 with HGMMA.64x64x16 (8 each) in place of its 64 HMMA: 512."""
+    text = SASS.replace("HMMA.16816.F32 R8, R4, R6, R8",
+                        "HGMMA.64x64x16.F32 R24, gdesc[UR4], R24, gsb0")
+    mix = hot_loops(text)["k1"]
+    assert (mix.hmma, mix.other, mix.count("HGMMA")) == (8 * 64, 10, 64)
+    wide = text.replace("64x64x16", "64x128x16")
+    assert hot_loops(wide)["k1"].hmma == 16 * 64
+    assert set(hot_loops(text.replace("64x64x16", "64x8x16"))) == {"k1"}   # 64 x 1
+
+
 def test_a_mix_round_trips_as_the_cache_keeps_it():
     mix = hot_loops(SASS)["k1"]
     import dataclasses
@@ -76,6 +88,19 @@ def test_a_real_build_names_its_tensor_core_kernels():
     assert len(report) == 2 * (2 * 5 + 3 + 2)   # steps 1-5 at two tiles, the sweep, 6
     assert all(mix.hmma >= 64 for mix in report.values())
     assert sass_report(ab.kernel_source("vector_add.cu"), "sm_80") == {}
+
+
+@pytest.mark.skipif(find_nvcc() is None or find_nvdisasm() is None,
+                    reason="needs nvcc and nvdisasm")
+def test_a_real_sm_90a_build_reads_its_hgmma_loops():
+    """Chapter 12's build: every instance of every step has a hot loop of HGMMAs,
+    one key tile's worth: per warp S (16 x 64 x D) and O (16 x D x 64), D / 2
+    HMMA.16816s each."""
+    report = sass_report(ab.kernel_source("flash_hopper.cu"), "sm_90a")
+    assert len(report) == 2 * 2 * 2   # steps 1-2, fp16/bf16, D 64/128
+    for name, mix in report.items():
+        d = 128 if ", 128, 64>" in name else 64
+        assert mix.count("HMMA") == 0 and mix.hmma == d, name
 
 
 @pytest.mark.skipif(find_nvcc() is None or find_nvdisasm() is None,

@@ -537,13 +537,16 @@ SPECS = [
       for size, dtype, kernel in ((2, torch.float16, "decode_tc_kernel<__half, 128>"),
                                   (4, torch.float32, "decode_kernel<float, 128>"))),
     *(_backward_spec(step, d) for step in (1, 2, "tc 1", "tc 2") for d in (D, 128)),
-    # chapter 12's: sm_90a code (its HGMMA loops are not read yet)
-    *(Spec(f"hopper step 1{'' if d == D else f' D={d}'}", "12",
+    # chapter 12's: sm_90a code
+    *(Spec(f"hopper step {step}{'' if d == D else f' D={d}'}", "12",
            _SHAPE.replace(f"D={D}", f"D={d}") + " fp16", "flash_hopper.cu",
-           lambda d=d: flash_attention_hopper(*_attention(torch.float16, d), step=1),
+           lambda d=d, step=step: flash_attention_hopper(*_attention(torch.float16, d),
+                                                         step=step),
            flops=attention_flops(B, H, S, S, d),
            min_bytes=attention_bytes(B, H, S, S, d, itemsize=2), tensor_cores=True,
-           kernels=(f"flash_hopper_wgmma_kernel<__half, {d}, 64>",), archs=("sm_90a",))
+           kernels=(f"{kernel}<__half, {d}, 64>",), archs=("sm_90a",))
+      for step, kernel in ((1, "flash_hopper_wgmma_kernel"),
+                           (2, "flash_hopper_tma_kernel"))
       for d in (D, 128)),
 ]
 

@@ -35,8 +35,9 @@ _FMA = ("FFMA",)
 @dataclasses.dataclass(frozen=True)
 class LoopMix:
     """The instructions of one kernel's hot loop, by opcode (without modifiers):
-    ``hmma`` tensor-core instructions (of an fp32 kernel's loop, :func:`fma_loops`:
-    FFMAs) and ``other`` instructions besides them."""
+    ``hmma`` its tensor-core work in HMMA.16816s per warp (an HGMMA.64xNx16 is N / 8
+    of them; of an fp32 kernel's loop, :func:`fma_loops`: FFMAs) and ``other``
+    instructions besides the tensor-core ones."""
     hmma: int
     other: int
     opcodes: dict
@@ -97,9 +98,21 @@ def _opcode(text: str) -> str:
     return text.split()[0].split(".")[0] if text else ""
 
 
+_HGMMA = re.compile(r"\bHGMMA\.64x(\d+)x16\b")
+
+
+def _work(text: str) -> int:
+    """An instruction's tensor-core work in HMMA.16816s per warp: one, or for a
+    warpgroup's HGMMA.64xNx16 (each warp's share a 16 x N x 16 product) N / 8."""
+    m = _HGMMA.search(text)
+    return int(m.group(1)) // 8 if m else 1
+
+
 def hot_loops(sass: str, min_hmma: int = 64) -> dict:
     """{kernel symbol: LoopMix} for nvdisasm's text of a cubin; kernels without a
-    loop of ``min_hmma`` tensor-core instructions are left out."""
+    loop of ``min_hmma`` tensor-core instructions are left out. ``hmma`` counts
+    HMMA.16816s per warp: an HGMMA.64xNx16 counts N / 8 (:func:`_work`), so that
+    other instructions per HMMA compare across mma.sync and wgmma kernels."""
     return _loops(sass, _TENSOR, min_hmma)
 
 
@@ -135,12 +148,12 @@ def _loops(sass: str, work: tuple, min_work: int) -> dict:
             target = labels.get(m.group(1)) if m else None
             if target is None or target > address:
                 continue
-            ops = collections.Counter(_opcode(t) for a, t in code
-                                      if target <= a <= address)
-            hmma = sum(ops[o] for o in work)
+            body = [t for a, t in code if target <= a <= address]
+            ops = collections.Counter(_opcode(t) for t in body)
+            hmma = sum(_work(t) for t in body if _opcode(t) in work)
             if hmma < min_work:
                 continue
-            other = sum(ops.values()) - hmma - ops["NOP"]
+            other = sum(ops.values()) - sum(ops[o] for o in work) - ops["NOP"]
             if best is None or other * best.hmma < best.other * hmma:
                 best = LoopMix(hmma, other, dict(ops))
         if best is not None:
