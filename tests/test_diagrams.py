@@ -64,6 +64,26 @@ def test_tensor_core_diagrams_draw_every_element_once():
     matplotlib.pyplot.close("all")
 
 
+def test_the_hopper_diagrams_draw_each_thread_and_phase():
+    """wgmma's accumulators: warp 0's 16 x 16 cells, each thread's 8 exactly where
+    d_m64nN puts them, and a box per other warp; the pipeline: tile i waits on buffer
+    i % 2's barrier with parity i // 2 % 2."""
+    ax = diagrams.wgmma_accumulators(16)
+    assert len(ax.patches) == 16 * 16 + 3
+    cells = {(p.get_x(), p.get_y()) for p in ax.patches[:256]}
+    assert len(cells) == 256
+    where = {(c, r): t for t in range(32) for r, c in
+             (ab.reference.fragments.d_m64nN(t, i) for i in range(8))}
+    shown = {(round(x), round(y)): int(t.get_text())
+             for x, y, t in ((t.get_position()[0] - 0.5, t.get_position()[1] - 0.5, t)
+                             for t in ax.texts) if t.get_text().isdigit()}
+    assert shown == where
+    texts = [t.get_text() for t in diagrams.hopper_pipeline(tiles=4).texts]
+    assert [t for t in texts if "parity" in t] == [
+        f"tile {i}: wait bar[{1 + i % 2}] parity {i // 2 % 2}" for i in range(4)]
+    matplotlib.pyplot.close("all")
+
+
 def test_backward_schedule_skips_the_masked_tiles():
     axes = diagrams.backward_schedule(tiles_q=4, tiles_k=5)
     for a in axes:

@@ -1,8 +1,9 @@
 """Diagrams of the hardware and of how kernels map threads to data: chapter 2's GPU and
 its grid over the scores,
 chapter 4's tiles through shared memory, chapter 7's query tiles and K/V stream, chapter
-8's tensor-core fragments and shared-memory banks, chapter 11's backward loops; a
-roofline; and the occupancy limits of a kernel."""
+8's tensor-core fragments and shared-memory banks, chapter 11's backward loops, chapter
+12's warpgroup accumulators and copy pipeline; a roofline; and the occupancy limits of
+a kernel."""
 from __future__ import annotations
 
 import math
@@ -17,7 +18,7 @@ from ..toolchain.occupancy import ARCHITECTURES, occupancy
 
 __all__ = ["gpu_hierarchy", "score_grid", "gemm_tiles", "flash_schedule", "roofline",
            "occupancy_bars", "mma_fragments", "ldmatrix_fragment", "bank_groups",
-           "backward_schedule"]
+           "backward_schedule", "wgmma_accumulators", "hopper_pipeline"]
 
 BLUE, ORANGE, GREEN, GREY = "#4c72b0", "#dd8452", "#55a868", "#d0d0d0"
 
@@ -337,3 +338,63 @@ def backward_schedule(tiles_q=4, tiles_k=5, ax=None):
                "grey: masked, skipped", ha="center", fontsize=7)
         _frame(a, tiles_k, tiles_q + 1.2, title, top=-0.8)
     return axes
+
+
+def wgmma_accumulators(n=16, ax=None):
+    """Which of a warpgroup's 128 threads holds each element of wgmma's m64nNk16
+    accumulator D (64 x N): warp 0's 16 rows cell by cell (each 8 columns as
+    mma.sync's C fragment), warps 1-3 the same 32w threads on."""
+    ax = ax or plt.subplots(figsize=((n + 9) / 2.8, 26 / 2.8))[1]
+    for thread in range(32):
+        for i in range(n // 2):
+            r, c = fragments.d_m64nN(thread, i)
+            _box(ax, c, r, 1, 1, REGISTER_COLORS[0], str(thread), alpha=0.3 + 0.15 * (
+                i % 2), fontsize=6.5)
+    ax.text(n + 0.4, 8, "warp 0\nrows 0–15", fontsize=8, va="center")
+    for w in range(1, 4):
+        _box(ax, 0, 16 + 3 * (w - 1), n, 3, REGISTER_COLORS[w],
+             f"warp {w}: rows {16 * w}–{16 * w + 15}, threads {32 * w}–{32 * w + 31} "
+             f"in the same places", alpha=0.35, fontsize=8)
+    _frame(ax, n + 5, 25, f"wgmma m64n{n}k16: the thread holding each accumulator "
+           "(shade: a thread's even / odd register)", top=-1)
+    return ax
+
+
+def hopper_pipeline(tiles=4, ax=None):
+    """A schematic timeline of chapter 12's steps 1 and 2 for one block: in step 1 the
+    warpgroup itself issues every cp.async of the next key tile, then waits for its
+    copies and a block barrier; in step 2 one thread issues the tile's TMA boxes and
+    the warpgroup waits on the buffer's mbarrier phase (parity)."""
+    ax = ax or plt.subplots(figsize=(10, 3.6))[1]
+    issue, work = 0.6, 3.0   # time units: issuing one tile's copies, one tile's math
+    rows = {"step 1: 128 threads\n(cp: copy, wait, barrier)": 4.2,
+            "step 2: thread 0 (TMA)": 2.1, "step 2: warpgroup": 1.0}
+    for label, y in rows.items():
+        ax.text(-0.3, y + 0.4, label, ha="right", va="center", fontsize=8)
+    for j in range(tiles):
+        t1 = j * (issue + work)   # step 1: copies issued by every thread, then math
+        if j + 1 < tiles:
+            _box(ax, t1, 4.2, issue, 0.8, ORANGE, "cp", alpha=0.6, fontsize=7)
+        _box(ax, t1 + issue * (j + 1 < tiles), 4.2, work, 0.8, BLUE,
+             f"tile {j}", alpha=0.5, fontsize=7)
+        t2 = j * work             # step 2: the math runs back to back
+        if j + 1 < tiles:
+            _box(ax, t2, 2.1, 0.25, 0.8, ORANGE, alpha=0.8)
+            ax.annotate("", xy=(t2 + work, 1.9), xytext=(t2 + 0.25, 2.5),
+                        arrowprops=dict(arrowstyle="->", color=GREY))
+            ax.text(t2 + 0.35, 2.5, f"K, V {j + 1} → buffer {(j + 1) % 2}",
+                    fontsize=6.5, va="center")
+        _box(ax, t2, 1.0, work, 0.8, BLUE,
+             f"tile {j}: wait bar[{1 + j % 2}] parity {j // 2 % 2}", alpha=0.5,
+             fontsize=6.5)
+    end = tiles * (issue + work)
+    ax.set_xlim(-5, end + 0.5)
+    ax.set_ylim(-0.2, 5.6)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_xlabel("time (schematic) →")
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_title("who copies and who waits: cp.async from every thread (step 1) and "
+                 "TMA on mbarriers (step 2)", fontsize=9)
+    return ax
