@@ -187,13 +187,13 @@ def test_figures_draw_every_implementation_that_ran():
 def test_recorded_results_are_complete():
     """Every recorded result file names its machine and versions and holds measured
     rows."""
-    from attnbook.bench.suites import PEER_SUITES
+    from attnbook.bench.suites import HOPPER_SUITES, PEER_SUITES
     from attnbook.models import ALL_SUITES
     for path in sorted([*RESULTS.glob("[0-9]*/*.json"),
                         *(RESULTS / "peers").glob("*.json")]):
         data = json.loads(path.read_text())
         assert path.parent.name == data["chapter"], path
-        assert data["chapter"] in {**ALL_SUITES, **PEER_SUITES}, path
+        assert data["chapter"] in {**ALL_SUITES, **PEER_SUITES, **HOPPER_SUITES}, path
         for key in ("gpu", "capability", "torch", "cuda", "date", "peaks"):
             assert data["machine"].get(key), (path, key)
         assert data["rows"] and all("impl" in r and "ms" in r

@@ -1,6 +1,7 @@
 """``python -m attnbook.bench 02 03 …``: run chapters' benchmark suites on a GPU and
 record their results (every suite when no chapter is named, the peers' too:
-``python -m attnbook.bench peers`` for FlexAttention alone).
+``python -m attnbook.bench peers`` for FlexAttention alone; ``12``, chapter 12's, on an
+H100 or H200, by name only).
 
 ``python -m attnbook.bench --cards [NAME …]``: print the design card of every package
 kernel (or of those named), no GPU needed; ``--write-budgets`` writes today's figures
@@ -14,8 +15,9 @@ import sys
 def main(argv):
     if "--cards" not in argv:
         from ..models import ALL_SUITES
-        from .suites import PEER_SUITES, main as run_suites
-        run_suites(argv, {**ALL_SUITES, **PEER_SUITES})
+        from .suites import HOPPER_SUITES, PEER_SUITES, main as run_suites
+        suites = {**ALL_SUITES, **PEER_SUITES}
+        run_suites(argv, {**suites, **HOPPER_SUITES} if argv else suites)
         return
     from . import cards
     names = [a for a in argv if not a.startswith("--")]

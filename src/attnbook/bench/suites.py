@@ -16,12 +16,13 @@ from . import harness as bench
 from ..ops.attention import attention, three_kernels
 from ..ops.decode import choose_num_splits, decode_attention
 from ..ops.flash import FLASH_FP32_STEPS, FLASH_FP32_SWEEP, flash_attention_fp32
+from ..ops.flash_hopper import HOPPER_STEPS, flash_attention_hopper
 from ..ops.flash_tc import TC_STEPS, TC_SWEEP, TC_TILES, flash_attention_tc
 from ..ops.gemm import GEMM_STEPS, gemm
 from ..ops.softmax import SOFTMAX_KERNELS, softmax
 from .peers import flex_row
 
-__all__ = ["SUITES", "PEER_SUITES", "attention_suite"]
+__all__ = ["SUITES", "PEER_SUITES", "HOPPER_SUITES", "attention_suite"]
 
 B, H, D = 4, 8, 64   # the book's headline attention shape (fp32)
 
@@ -237,6 +238,29 @@ def chapter08_fa2():
     return rows
 
 
+def chapter12():
+    """Chapter 12's Hopper steps beside chapter 8's last step and SDPA's flash and
+    cuDNN backends, side by side, at chapter 8's cases (fp16 and bf16, D = 64 and 128,
+    causal and not, S = 1024, 4096 and 16384): an H100 or H200 only (sm_90a code)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        raise SystemExit("chapter 12's suite needs an H100 or H200: its kernels are "
+                         f"sm_90a code, not {torch.cuda.get_device_name()}'s")
+    peaks, rows, last = bench.device_peaks(), [], max(TC_STEPS)
+    dtypes = (torch.float16, torch.bfloat16)
+    for dt, d, causal, S in itertools.product(dtypes, (64, 128), (False, True),
+                                              (1024, 4096, 16384)):
+        q, k, v, case, work = _tc_case(dt, d, causal, S, peaks)
+        fns = {f"hopper step {n}": (lambda n=n: flash_attention_hopper(
+            q, k, v, is_causal=causal, step=n)) for n in HOPPER_STEPS}
+        fns[f"step {last}"] = lambda: flash_attention_tc(q, k, v, is_causal=causal,
+                                                         step=last)
+        fns.update(_sdpa_backends(q, k, v, causal, ("flash", "cudnn")))
+        rows += [bench.measure(name, fn, case, **work) for name, fn in fns.items()]
+        del q, k, v, fns
+        torch.cuda.empty_cache()
+    return rows
+
+
 # Chapter 9's decode shape: Llama-style grouped heads (32 query heads, 8 kv heads),
 # fp16.
 DECODE_H, DECODE_HKV, DECODE_D = 32, 8, 128
@@ -427,6 +451,9 @@ SUITES = {"02": chapter02, "03": chapter03, "04": chapter04, "05": chapter05,
 # The peers' suites, beside the chapters' (python -m attnbook.bench runs both; a
 # chapter's cell runs its own alone).
 PEER_SUITES = {"peers": peers}
+# Suites that need one kind of GPU (python -m attnbook.bench runs them by name; a
+# chapter's cell shows them once recorded).
+HOPPER_SUITES = {"12": chapter12}
 
 
 def main(chapters, suites):

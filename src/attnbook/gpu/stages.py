@@ -62,7 +62,7 @@ PY = "{python}"
 PYTEST = (PY, "-m", "pytest", "-p", "no:cacheprovider", "-p", "attnbook.gpu.record",
           "--record-to", "{out}/record.jsonl", "-q", "-rfEs")
 NOTEBOOKS_A = ("01", "02", "03", "04", "05", "06", "A1", "B1")
-NOTEBOOKS_B = ("07", "08", "09", "10", "11")
+NOTEBOOKS_B = ("07", "08", "09", "10", "11", "12")
 SANITIZERS = ("memcheck", "racecheck", "synccheck")
 
 
@@ -105,6 +105,7 @@ STAGES = (
                      "--junitxml", "{out}/junit.xml", "tests/"),),
           env=(("ATTNBOOK_TEST_DEVICES", "cuda"),)),   # collect the cuda half only
     _bench("a", ("02", "03", "04", "05", "08fa2"), 90),
+    _bench("hopper", ("12",), 150),   # an H100/H200 only
     _bench("b", ("07", "08", "09", "10", "11", "11tc"), 330),
     Stage("peers", "FlexAttention, compiled, on the cases of chapters 5, 7, 8 and 9 "
           "(attnbook.bench.peers; results into the run's folder)", 240,
@@ -115,7 +116,7 @@ STAGES = (
           tuple((PY, "-m", "attnbook.models.profiling", "--device", "cuda", "--batch",
                  b) for b in ("1", "8"))),
     _notebooks("a", "chapters 1-6 and the appendices", NOTEBOOKS_A, 180),
-    _notebooks("b", "chapters 7-11", NOTEBOOKS_B, 400),
+    _notebooks("b", "chapters 7-12", NOTEBOOKS_B, 420),
     Stage("sanitize", "compute-sanitizer " + ", ".join(SANITIZERS) + " on every "
           "package kernel at small shapes (attnbook.gpu.launches)", 60,
           tuple(_sanitizer(tool) for tool in SANITIZERS),
