@@ -16,7 +16,7 @@ from cuda_emulator.cache import build_directory, cache_key, cpp_extension
 from .compile import KERNEL_DIR, kernel_file_name
 
 __all__ = ["ptxas_report", "find_nvcc", "cached_report", "nvcc_compile",
-           "demangle"]
+           "demangle", "kept_cubin"]
 
 
 def find_nvcc() -> str | None:
@@ -49,9 +49,7 @@ def cached_report(kind: str, cuda: str, arch: str, make) -> dict:
     if nvcc is None:
         raise RuntimeError(f"{kind} need nvcc (the CUDA toolkit), which this machine "
                            "lacks")
-    key = cache_key(cuda, arch, _version(nvcc), *(p.read_text() for p in sorted(
-        KERNEL_DIR.iterdir()) if p.suffix in (".cu", ".cuh", ".h")))
-    cached = build_directory(kind) / f"{key}.json"
+    cached = build_directory(kind) / f"{_key(nvcc, cuda, arch)}.json"
     if cached.is_file():
         return json.loads(cached.read_text())
     report = make(nvcc, cuda, arch)
@@ -82,13 +80,39 @@ def nvcc_compile(nvcc: str, cuda: str, arch: str, out: str, *flags: str) -> str:
     return run.stderr
 
 
+def _key(nvcc: str, cuda: str, arch: str) -> str:
+    return cache_key(cuda, arch, _version(nvcc), *(p.read_text() for p in sorted(
+        KERNEL_DIR.iterdir()) if p.suffix in (".cu", ".cuh", ".h")))
+
+
+def _kept(nvcc: str, cuda: str, arch: str) -> pathlib.Path:
+    return build_directory("cubins") / f"{_key(nvcc, cuda, arch)}.cubin"
+
+
+def kept_cubin(cuda: str, arch: str) -> pathlib.Path | None:
+    """The cubin of :func:`ptxas_report`'s compile of ``cuda`` for ``arch`` (the SASS
+    readers disassemble it instead of compiling again), or None where that compile
+    kept none (a report cached by an older release)."""
+    ptxas_report(cuda, arch)
+    kept = _kept(find_nvcc(), cuda, arch)
+    return kept if kept.is_file() else None
+
+
 @functools.cache
 def _version(nvcc: str) -> str:
     return subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
 
 
 def _report(nvcc: str, cuda: str, arch: str) -> dict:
-    messages = nvcc_compile(nvcc, cuda, arch, os.devnull, "-Xptxas=-v")
+    with tempfile.TemporaryDirectory() as keep:   # nvcc's intermediates: the cubin
+        messages = nvcc_compile(nvcc, cuda, arch, os.devnull, "-Xptxas=-v", "--keep",
+                                f"--keep-dir={keep}")
+        cubins = list(pathlib.Path(keep).glob("*.cubin"))
+        if len(cubins) == 1:
+            kept = _kept(nvcc, cuda, arch)
+            partial = kept.with_suffix(f".{os.getpid()}")
+            shutil.copyfile(cubins[0], partial)
+            os.replace(partial, kept)
     report, current = {}, None
     for line in messages.splitlines():
         m = re.search(r"(?:Compiling entry function|Function properties for) '?(\w+)'?",

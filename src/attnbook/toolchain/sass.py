@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 
-from .ptxas import cached_report, demangle, nvcc_compile
+from .ptxas import cached_report, demangle, kept_cubin, nvcc_compile
 
 __all__ = ["LoopMix", "find_nvdisasm", "hot_loops", "fma_loops", "sass_report",
            "fma_report"]
@@ -167,8 +167,10 @@ def _sass(nvcc: str, cuda: str, arch: str, loops=hot_loops) -> dict:
         raise RuntimeError("the SASS card needs nvdisasm: pip install "
                            "nvidia-cuda-nvdisasm")
     with tempfile.TemporaryDirectory() as tmp:
-        cubin = os.path.join(tmp, "kernels.cubin")
-        nvcc_compile(nvcc, cuda, arch, cubin, "-cubin")
+        cubin = kept_cubin(cuda, arch)   # ptxas_report's compile, or a new one
+        if cubin is None:
+            cubin = os.path.join(tmp, "kernels.cubin")
+            nvcc_compile(nvcc, cuda, arch, cubin, "-cubin")
         text = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True,
                               check=True).stdout
     return {demangle(name): dataclasses.asdict(mix)
