@@ -86,6 +86,24 @@ def test_nan_and_inf_as_in_sdpa(step, which, value, device):
 
 
 @pytest.mark.parametrize("step", STEPS)
+def test_a_padded_key_is_absent_and_no_key_is_zeros(step, device):
+    """Keys past key_lengths are zeros by the time P V reads them (TMA fills zeros only
+    past Sk): NaN in their k or inf in their v never arrives. With no key at all, every
+    row is zeros and its lse -inf."""
+    q, k, v = inputs((1, 2, 2, 40, 100, 64), torch.float16, device, seed=1)
+    lengths = torch.tensor([90], device=device)
+    clean = ab.flash_attention_hopper(q, k, v, key_lengths=lengths, is_causal=True,
+                                      step=step)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 93:], v2[:, :, 95:] = NAN, INF
+    torch.testing.assert_close(ab.flash_attention_hopper(
+        q, k2, v2, key_lengths=lengths, is_causal=True, step=step), clean)
+    none = k[:, :, :0]
+    o, lse = ab.flash_attention_hopper(q, none, none, step=step, return_lse=True)
+    assert (o == 0).all() and (lse == -INF).all()
+
+
+@pytest.mark.parametrize("step", STEPS)
 def test_views_as_models_pass_them(step, device):
     """[B, S, H, D] memory seen as [B, H, S, D] (the strides a TMA map takes in any
     order), keys and values broadcast over the batch (stride 0: copied for TMA), and

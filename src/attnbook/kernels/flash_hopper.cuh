@@ -44,16 +44,20 @@ __device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2
                                scale, lane);
   online_softmax<Bc / 8, D / 8, true>(s, acc, m, l);
 
-  // O += P V: P's slice j is S's accumulators of keys 16j..16j+15, packed as A
-  wgmma_fence();
+  // O += P V: P's slice j is S's accumulators of keys 16j..16j+15, packed as A, all
+  // before the fence (the ISA wants one between writing a wgmma's registers and it)
+  uint32_t a[Bc / 16][4];
 #pragma unroll
   for (int j = 0; j < Bc / 16; ++j) {
-    const uint32_t a[4] = {pack2<T>(s[2 * j][0], s[2 * j][1]),
-                           pack2<T>(s[2 * j][2], s[2 * j][3]),
-                           pack2<T>(s[2 * j + 1][0], s[2 * j + 1][1]),
-                           pack2<T>(s[2 * j + 1][2], s[2 * j + 1][3])};
-    wgmma_rs<T, D>(acc, a, n_major_desc(v_addr + 16 * 128 * j, 2 * kv_panel), 1);
+    a[j][0] = pack2<T>(s[2 * j][0], s[2 * j][1]);
+    a[j][1] = pack2<T>(s[2 * j][2], s[2 * j][3]);
+    a[j][2] = pack2<T>(s[2 * j + 1][0], s[2 * j + 1][1]);
+    a[j][3] = pack2<T>(s[2 * j + 1][2], s[2 * j + 1][3]);
   }
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < Bc / 16; ++j)
+    wgmma_rs<T, D>(acc, a[j], n_major_desc(v_addr + 16 * 128 * j, 2 * kv_panel), 1);
   wgmma_commit_and_wait();
 }
 

@@ -6,8 +6,8 @@
 // mbarrier: the issuing thread arrives on it saying how many bytes to expect, the
 // copies count their bytes on it as they land, and the warpgroup waits for the phase
 // to complete. The 128 threads no longer spend instructions on addresses and
-// cp.async (step 1: 2 x D / 8 16-byte copies per thread and key tile); TMA and wgmma
-// both act through the async proxy, so no proxy fence stands between them.
+// cp.async (step 1: D / 8 16-byte copies per thread and key tile); TMA and wgmma both
+// act through the async proxy, so no proxy fence stands between them.
 //
 // Barriers: bar[0] Q's (one phase), bar[1 + buf] key/value buffer buf's; buffer buf's
 // u-th fill completes phase u of its barrier, whose parity is u % 2.
@@ -70,6 +70,24 @@ __global__ void __launch_bounds__(128)
     // the other buffer was released by every warp at the end of the last tile
     if (issuer && j0 + Bc < kv_end) load_kv(1 - buf, j0 + Bc);
     mbarrier_wait(&bar[1 + buf], (i / 2) % 2);
+    if constexpr (decltype(masked)::value) {
+      // TMA zero-fills only past Sk: V's rows of keys kv_end.. (past a key length, a
+      // causal or window bound) arrive as they are, and P = 0 times a NaN or inf
+      // there would reach O. They become zeros, as load_tile makes them in step 1
+      // (a swizzled row is still 128 contiguous bytes).
+      const int valid = kv_end - j0;
+      if (valid < Bc) {
+        const int chunks = Panels * (Bc - valid) * 8;
+        for (int c = threadIdx.x; c < chunks; c += 128) {
+          const int p = c / ((Bc - valid) * 8), row = valid + c / 8 % (Bc - valid);
+          reinterpret_cast<uint4*>(Vs + buf * tile + p * kv_panel + 64 * row)[c % 8] =
+              make_uint4(0, 0, 0, 0);
+        }
+        // generic-proxy writes, read by wgmma through the async proxy
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+      }
+    }
     attend_tile<T, D, Bc, decltype(masked)::value>(
         acc, m, l, q_addr, k_addr + 2 * buf * tile, v_addr + 2 * buf * tile, mask, b,
         h, row_lo, j0, Sq, Sk, scale, warp, lane);

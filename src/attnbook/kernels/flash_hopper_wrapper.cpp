@@ -12,6 +12,8 @@ std::vector<at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
   const HalfForward f = half_forward(q, k, v, bias, lengths, mask_options);
   attnbook::DeviceGuard guard(q);
   if (f.o.numel() == 0) return {f.o, f.lse.fill_(-INFINITY)};
+  // no key: every row is zeros (and TMA cannot map a tensor with an empty extent)
+  if (f.n.Sk == 0) return {f.o.zero_(), f.lse.fill_(-INFINITY)};
   const TcStatus status = flash_hopper_forward(
       f.bf16, int(step), q.data_ptr(), k.data_ptr(), v.data_ptr(), f.o.data_ptr(),
       f.lse.data_ptr<float>(), f.lq, f.lk, f.lv, int(f.n.B), int(f.n.H), int(f.n.Hkv),
