@@ -65,9 +65,9 @@ def test_tensor_core_diagrams_draw_every_element_once():
 
 
 def test_the_hopper_diagrams_draw_each_thread_and_phase():
-    """wgmma's accumulators: warp 0's 16 x 16 cells, each thread's 8 exactly where
-    d_m64nN puts them, and a box per other warp; the pipeline: tile i waits on buffer
-    i % 2's barrier with parity i // 2 % 2."""
+    """wgmma's accumulators: warp 0's 16 x 16 cells, each thread's 8 where d_m64nN
+    (tested against the ISA's tables) puts them, and a box per other warp; the
+    pipeline: tile i waits on buffer i % 2's barrier with parity i // 2 % 2."""
     ax = diagrams.wgmma_accumulators(16)
     assert len(ax.patches) == 16 * 16 + 3
     cells = {(p.get_x(), p.get_y()) for p in ax.patches[:256]}
@@ -80,7 +80,8 @@ def test_the_hopper_diagrams_draw_each_thread_and_phase():
     assert shown == where
     texts = [t.get_text() for t in diagrams.hopper_pipeline(tiles=4).texts]
     assert [t for t in texts if "parity" in t] == [
-        f"tile {i}: wait bar[{1 + i % 2}] parity {i // 2 % 2}" for i in range(4)]
+        "tile 0: wait bar[1] parity 0", "tile 1: wait bar[2] parity 0",
+        "tile 2: wait bar[1] parity 1", "tile 3: wait bar[2] parity 1"]
     matplotlib.pyplot.close("all")
 
 

@@ -29,6 +29,7 @@ __all__ = ["LoopMix", "find_nvdisasm", "hot_loops", "fma_loops", "sass_report",
            "fma_report"]
 
 _TENSOR = ("HMMA", "HGMMA")
+_READER = 2   # the reading's version, in the cached reports' folder names
 _FMA = ("FFMA",)
 
 
@@ -183,7 +184,7 @@ def sass_report(cuda: str, arch: str = "sm_80") -> dict:
     """{kernel: LoopMix} of the hot loop of every tensor-core kernel in ``cuda``
     compiled by nvcc for ``arch`` (no GPU needed; nvdisasm reads the cubin), cached
     as ptxas reports are."""
-    report = cached_report("sass_reports", cuda, arch, _sass)
+    report = cached_report(f"sass_reports_{_READER}", cuda, arch, _sass)
     return {name: LoopMix(**mix) for name, mix in report.items()}
 
 
@@ -192,5 +193,5 @@ def fma_report(cuda: str, arch: str = "sm_80", min_ffma: int = 64) -> dict:
     fp32 kernel in ``cuda``, as :func:`sass_report` for tensor cores."""
     def make(nvcc, cuda, arch):
         return _sass(nvcc, cuda, arch, lambda text: fma_loops(text, min_ffma))
-    report = cached_report(f"fma_reports_{min_ffma}", cuda, arch, make)
+    report = cached_report(f"fma_reports_{min_ffma}_{_READER}", cuda, arch, make)
     return {name: LoopMix(**mix) for name, mix in report.items()}
