@@ -80,8 +80,8 @@ def test_the_hopper_diagrams_draw_each_thread_and_phase():
     assert shown == where
     texts = [t.get_text() for t in diagrams.hopper_pipeline(tiles=4).texts]
     assert [t for t in texts if "parity" in t] == [
-        "tile 0: wait bar[1] parity 0", "tile 1: wait bar[2] parity 0",
-        "tile 2: wait bar[1] parity 1", "tile 3: wait bar[2] parity 1"]
+        "tile 0: wait\nbar[1], parity 0", "tile 1: wait\nbar[2], parity 0",
+        "tile 2: wait\nbar[1], parity 1", "tile 3: wait\nbar[2], parity 1"]
     matplotlib.pyplot.close("all")
 
 

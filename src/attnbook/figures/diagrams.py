@@ -385,7 +385,7 @@ def hopper_pipeline(tiles=4, ax=None):
             ax.text(t2 + 0.35, 2.5, f"K, V {j + 1} → buffer {(j + 1) % 2}",
                     fontsize=6.5, va="center")
         _box(ax, t2, 1.0, work, 0.8, BLUE,
-             f"tile {j}: wait bar[{1 + j % 2}] parity {j // 2 % 2}", alpha=0.5,
+             f"tile {j}: wait\nbar[{1 + j % 2}], parity {j // 2 % 2}", alpha=0.5,
              fontsize=6.5)
     end = tiles * (issue + work)
     ax.set_xlim(-5, end + 0.5)
