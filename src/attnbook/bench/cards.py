@@ -544,9 +544,10 @@ SPECS = [
                                                          step=step),
            flops=attention_flops(B, H, S, S, d),
            min_bytes=attention_bytes(B, H, S, S, d, itemsize=2), tensor_cores=True,
-           kernels=(f"{kernel}<__half, {d}, 64>",), archs=("sm_90a",))
-      for step, kernel in ((1, "flash_hopper_wgmma_kernel"),
-                           (2, "flash_hopper_tma_kernel"))
+           kernels=(f"{kernel}<__half, {d}, 64{tail}>",), archs=("sm_90a",))
+      for step, kernel, tail in ((1, "flash_hopper_wgmma_kernel", ""),
+                                 (2, "flash_hopper_tma_kernel", ""),
+                                 (3, "flash_hopper_ws_kernel", ", 2"))
       for d in (D, 128)),
 ]
 

@@ -10,10 +10,11 @@
 #include "flash_tc.cuh"
 #include "hopper.cuh"
 
-// Dynamic shared memory, with a kilobyte to put Q on 1 KiB whatever the base.
-template <int D, int Bc>
+// Dynamic shared memory: Q's Br rows, `Stages` buffers of K and V, and a kilobyte to
+// put Q on 1 KiB whatever the base.
+template <int D, int Bc, int Br = 64, int Stages = 2>
 constexpr int hopper_bytes() {
-  return 2 * (64 * D + 4 * Bc * D) + 1024;
+  return 2 * (Br * D + 2 * Stages * Bc * D) + 1024;
 }
 
 // One key tile j0..j0+Bc-1 for a warpgroup's 64 rows from row_lo (this thread's

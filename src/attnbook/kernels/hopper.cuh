@@ -204,6 +204,13 @@ __device__ __forceinline__ void mbarrier_arrive_expect(uint64_t* bar, uint32_t b
                ::"r"(shared_address(bar)), "r"(bytes) : "memory");
 #endif
 }
+// This thread arrives (one of the `count` the barrier awaits).
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+               ::"r"(shared_address(bar)) : "memory");
+#endif
+}
 // Spin until the phase of parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -226,4 +233,26 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, i
                  "r"(shared_address(bar))
                : "memory");
 #endif
+}
+
+// ---- warp specialization ------------------------------------------------------------
+// A warpgroup's register budget per thread (a multiple of 8 in [24, 256]): the
+// producer gives registers back (dec) and the consumers take them (inc); every thread
+// of the warpgroup executes it.
+template <int Registers>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Registers));
+#endif
+}
+template <int Registers>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Registers));
+#endif
+}
+// Named barrier `id` (1-15; 0 is __syncthreads'): wait until `threads` threads (a
+// multiple of 32) have reached it, so that a part of the block synchronizes alone.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }

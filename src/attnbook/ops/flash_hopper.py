@@ -15,7 +15,8 @@ from .registry import extension
 __all__ = ["flash_attention_hopper", "flash_hopper_forward", "HOPPER_STEPS"]
 
 # The chapter's steps, each a kernel of kernels/flash_hopper*.
-HOPPER_STEPS = {1: "wgmma from shared memory", 2: "TMA loads on mbarriers"}
+HOPPER_STEPS = {1: "wgmma from shared memory", 2: "TMA loads on mbarriers",
+                3: "a producer warpgroup and two consumers"}
 HOPPER_HEAD_DIMS = (64, 128)
 
 
