@@ -62,6 +62,23 @@ __device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2
   wgmma_commit_and_wait();
 }
 
+// TMA zero-fills only past Sk: V's rows of keys past kv_end in a partial last tile (a
+// key length, a causal or window bound) arrive as they are, and P = 0 times a NaN or
+// inf there would reach O. Thread t of `threads` writes zeros over rows valid..Bc-1
+// of each of the tile's panels at v (a swizzled row is still 128 contiguous bytes),
+// as load_tile does in step 1; then a fence, since wgmma reads through the async
+// proxy. The caller's barrier stands between these writes and the readers.
+template <int Panels, int Bc>
+__device__ __forceinline__ void zero_rows_from(uint16_t* v, int valid, int t,
+                                               int threads) {
+  const int rows = Bc - valid, chunks = Panels * rows * 8;
+  for (int c = t; c < chunks; c += threads) {
+    const int p = c / (rows * 8), row = valid + c / 8 % rows;
+    reinterpret_cast<uint4*>(v + (p * Bc + row) * 64)[c % 8] = make_uint4(0, 0, 0, 0);
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // The key tiles [kv_begin, kv_end) in steps of Bc, tile(j0, i, masked) for the i-th:
 // those of the run [u_begin, u_end) that need no mask (unmasked_tiles) in a loop of
 // their own, without mask code (the hot loop), the others masked (chapter 8, step 6).

@@ -70,23 +70,9 @@ __global__ void __launch_bounds__(128)
     // the other buffer was released by every warp at the end of the last tile
     if (issuer && j0 + Bc < kv_end) load_kv(1 - buf, j0 + Bc);
     mbarrier_wait(&bar[1 + buf], (i / 2) % 2);
-    if constexpr (decltype(masked)::value) {
-      // TMA zero-fills only past Sk: V's rows of keys kv_end.. (past a key length, a
-      // causal or window bound) arrive as they are, and P = 0 times a NaN or inf
-      // there would reach O. They become zeros, as load_tile makes them in step 1
-      // (a swizzled row is still 128 contiguous bytes).
-      const int valid = kv_end - j0;
-      if (valid < Bc) {
-        const int chunks = Panels * (Bc - valid) * 8;
-        for (int c = threadIdx.x; c < chunks; c += 128) {
-          const int p = c / ((Bc - valid) * 8), row = valid + c / 8 % (Bc - valid);
-          reinterpret_cast<uint4*>(Vs + buf * tile + p * kv_panel + 64 * row)[c % 8] =
-              make_uint4(0, 0, 0, 0);
-        }
-        // generic-proxy writes, read by wgmma through the async proxy
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-      }
+    if (decltype(masked)::value && kv_end - j0 < Bc) {   // V's rows past kv_end
+      zero_rows_from<Panels, Bc>(Vs + buf * tile, kv_end - j0, threadIdx.x, 128);
+      __syncthreads();
     }
     attend_tile<T, D, Bc, decltype(masked)::value>(
         acc, m, l, q_addr, k_addr + 2 * buf * tile, v_addr + 2 * buf * tile, mask, b,

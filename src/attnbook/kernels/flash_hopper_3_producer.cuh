@@ -81,20 +81,12 @@ __global__ void __launch_bounds__(384, 1)
   for_each_tile<Bc>(kv_begin, kv_end, u_begin, u_end, [&](int j0, int i, auto masked) {
     const int s = i % Stages;
     mbarrier_wait(&full[s], (i / Stages) % 2);
-    if constexpr (decltype(masked)::value) {
-      // V's rows of keys past kv_end become zeros, as in step 2; both consumers read
-      // them, so the consumers' named barrier (1, 256 threads) stands after the writes
-      const int valid = kv_end - j0;
-      if (valid < Bc) {
-        const int chunks = Panels * (Bc - valid) * 8;
-        for (int x = threadIdx.x - 128; x < chunks; x += Consumers) {
-          const int p = x / ((Bc - valid) * 8), row = valid + x / 8 % (Bc - valid);
-          reinterpret_cast<uint4*>(Vs + s * tile + p * kv_panel + 64 * row)[x % 8] =
-              make_uint4(0, 0, 0, 0);
-        }
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        named_barrier_sync(1, Consumers);
-      }
+    // V's rows past kv_end become zeros, as in step 2; both consumers read them, so
+    // the consumers' named barrier (1, 256 threads) stands after the writes
+    if (decltype(masked)::value && kv_end - j0 < Bc) {
+      zero_rows_from<Panels, Bc>(Vs + s * tile, kv_end - j0, threadIdx.x - 128,
+                                 Consumers);
+      named_barrier_sync(1, Consumers);
     }
     attend_tile<T, D, Bc, decltype(masked)::value>(
         acc, m, l, q_addr, k_addr + 2 * s * tile, v_addr + 2 * s * tile, mask, b, h,
