@@ -85,6 +85,23 @@ def test_the_hopper_diagrams_draw_each_thread_and_phase():
     matplotlib.pyplot.close("all")
 
 
+def test_the_warp_specialized_ring_waits_as_the_kernel_does():
+    """Step 3's figure: both consumers wait for tile i's fill, full[i % 2] parity
+    i // 2 % 2; the producer refills buffer i % 2 for tile i after its release of tile
+    i - 2, empty[i % 2] parity i // 2 - 1 (the kernel's waits, as literals)."""
+    texts = [t.get_text() for t in diagrams.warp_specialized(tiles=5).texts]
+    waits = ["tile 0: wait full[0]\nparity 0", "tile 1: wait full[1]\nparity 0",
+             "tile 2: wait full[0]\nparity 1", "tile 3: wait full[1]\nparity 1",
+             "tile 4: wait full[0]\nparity 0"]
+    assert [t for t in texts if t.startswith("tile")] == [w for w in waits
+                                                           for _ in range(2)]
+    assert [t for t in texts if "after" in t] == [
+        "K, V 2 → buffer 0\nafter empty[0] parity 0",
+        "K, V 3 → buffer 1\nafter empty[1] parity 0",
+        "K, V 4 → buffer 0\nafter empty[0] parity 1"]
+    matplotlib.pyplot.close("all")
+
+
 def test_backward_schedule_skips_the_masked_tiles():
     axes = diagrams.backward_schedule(tiles_q=4, tiles_k=5)
     for a in axes:

@@ -18,7 +18,8 @@ from ..toolchain.occupancy import ARCHITECTURES, occupancy
 
 __all__ = ["gpu_hierarchy", "score_grid", "gemm_tiles", "flash_schedule", "roofline",
            "occupancy_bars", "mma_fragments", "ldmatrix_fragment", "bank_groups",
-           "backward_schedule", "wgmma_accumulators", "hopper_pipeline"]
+           "backward_schedule", "wgmma_accumulators", "hopper_pipeline",
+           "warp_specialized"]
 
 BLUE, ORANGE, GREEN, GREY = "#4c72b0", "#dd8452", "#55a868", "#d0d0d0"
 
@@ -397,4 +398,44 @@ def hopper_pipeline(tiles=4, ax=None):
         ax.spines[side].set_visible(False)
     ax.set_title("who copies and who waits: cp.async from every thread (step 1) and "
                  "TMA on mbarriers (step 2)", fontsize=9)
+    return ax
+
+
+def warp_specialized(tiles=5, ax=None):
+    """A schematic timeline of chapter 12's step 3 for one block: the producer thread
+    fills a ring of two K/V buffers by TMA, refilling buffer s only once both consumer
+    warpgroups have arrived on empty[s]; each consumer waits for full[s]'s phase, then
+    computes the tile for its 64 query rows."""
+    ax = ax or plt.subplots(figsize=(10, 3.6))[1]
+    work, fill = 3.0, 0.45   # time units: one tile's math, issuing one tile's boxes
+    rows = {"producer: thread 0\n(TMA)": 3.2, "consumer 1\n(rows 0-63)": 2.0,
+            "consumer 2\n(rows 64-127)": 0.8}
+    for label, y in rows.items():
+        ax.text(-0.3, y + 0.4, label, ha="right", va="center", fontsize=8)
+    for i in range(tiles):
+        s, start = i % 2, 2 * fill + i * work   # tile i's math, once it has landed
+        # fills 0 and 1 at once; fill i >= 2 after both consumers release tile i - 2
+        at = i * fill if i < 2 else start - work + 0.05
+        _box(ax, at, 3.2, fill, 0.8, ORANGE, alpha=0.8)
+        if i != 1:
+            ax.text(at + fill * (1 + (i == 0)) / 2, 4.15,
+                    "K, V 0 → buffer 0\nK, V 1 → buffer 1" if i == 0 else
+                    f"K, V {i} → buffer {s}\nafter empty[{s}] parity {i // 2 - 1}",
+                    ha="center", fontsize=6.5)
+        if i >= 2:
+            ax.annotate("", xy=(at, 3.6), xytext=(at - 0.05, 2.8),
+                        arrowprops=dict(arrowstyle="->", color="black", lw=0.6))
+        for y in (2.0, 0.8):
+            _box(ax, start, y, work - 0.1, 0.8, BLUE,
+                 f"tile {i}: wait full[{s}]\nparity {i // 2 % 2}", alpha=0.5,
+                 fontsize=6.5)
+    ax.set_xlim(-4.5, 2 * fill + tiles * work + 0.5)
+    ax.set_ylim(0.5, 4.9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_xlabel("time (schematic) →")
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_title("warp specialization: the producer refills a buffer once both "
+                 "consumers have released it (step 3)", fontsize=9)
     return ax
