@@ -97,7 +97,7 @@ def test_a_real_sm_90a_build_reads_its_hgmma_loops():
     one key tile's worth: per warp S (16 x 64 x D) and O (16 x D x 64), D / 2
     HMMA.16816s each."""
     report = sass_report(ab.kernel_source("flash_hopper.cu"), "sm_90a")
-    assert len(report) == 3 * 2 * 2   # steps 1-3, fp16/bf16, D 64/128
+    assert len(report) == 4 * 2 * 2   # steps 1-4, fp16/bf16, D 64/128
     for name, mix in report.items():
         d = 128 if ", 128, 64" in name else 64
         assert mix.count("HMMA") == 0 and mix.hmma == d, name

@@ -17,22 +17,33 @@ constexpr int hopper_bytes() {
   return 2 * (Br * D + 2 * Stages * Bc * D) + 1024;
 }
 
+// When a warpgroup may issue its wgmmas: acquire() before a chain, release() once it
+// is committed. AnyTime: whenever it is ready (one warpgroup, or consumers that do not
+// take turns).
+struct AnyTime {
+  __device__ __forceinline__ void acquire() const {}
+  __device__ __forceinline__ void release() const {}
+};
+
 // One key tile j0..j0+Bc-1 for a warpgroup's 64 rows from row_lo (this thread's
 // warp `warp` of it owns 16): S = Q Kᵀ as a chain of m64n64k16 wgmmas over the D / 16
 // slices of the head dimension (Q and K panels at shared addresses q_addr and k_addr),
 // the scale (and, Masked, the mask: the tile may be partial or masked), the online
-// softmax, then O += P V with P from registers and V's panels at v_addr. Every wgmma
-// it issues has landed when it returns.
-template <class T, int D, int Bc, bool Masked>
+// softmax, then O += P V with P from registers and V's panels at v_addr. Each chain
+// is issued in the warpgroup's turn (`turns`). Every wgmma it issues has landed when
+// it returns.
+template <class T, int D, int Bc, bool Masked, class Turns = AnyTime>
 __device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2],
                                             float (&l)[2], uint32_t q_addr,
                                             uint32_t k_addr, uint32_t v_addr,
                                             const MaskParams& mask, int b, int h,
                                             int row_lo, int j0, int Sq, int Sk,
-                                            float scale, int warp, int lane) {
+                                            float scale, int warp, int lane,
+                                            const Turns& turns = Turns{}) {
   constexpr int q_panel = 64 * 64, kv_panel = Bc * 64;
   // S = Q Kᵀ: slice kk of the head dimension is 32 bytes into a panel's rows
   float s[Bc / 8][4];
+  turns.acquire();
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
@@ -40,7 +51,9 @@ __device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2
     wgmma_64x64_ss<T>(s, k_major_desc(q_addr + 2 * (kk / 4) * q_panel + at),
                       k_major_desc(k_addr + 2 * (kk / 4) * kv_panel + at), kk > 0);
   }
-  wgmma_commit_and_wait();
+  wgmma_commit();
+  turns.release();
+  wgmma_wait<0>();
   scale_and_mask<Bc / 8, true>(s, !Masked, mask, b, h, row_lo + 16 * warp, j0, Sq, Sk,
                                scale, lane);
   online_softmax<Bc / 8, D / 8, true>(s, acc, m, l);
@@ -55,11 +68,14 @@ __device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2
     a[j][2] = pack2<T>(s[2 * j + 1][0], s[2 * j + 1][1]);
     a[j][3] = pack2<T>(s[2 * j + 1][2], s[2 * j + 1][3]);
   }
+  turns.acquire();
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < Bc / 16; ++j)
     wgmma_rs<T, D>(acc, a[j], n_major_desc(v_addr + 16 * 128 * j, 2 * kv_panel), 1);
-  wgmma_commit_and_wait();
+  wgmma_commit();
+  turns.release();
+  wgmma_wait<0>();
 }
 
 // TMA zero-fills only past Sk: V's rows of keys past kv_end in a partial last tile (a

@@ -1,4 +1,4 @@
-// Chapter 12's Hopper forward, step 3: warp specialization. A block is three
+// Chapter 12's Hopper forward, steps 3 and 4: warp specialization. A block is three
 // warpgroups: the producer (warpgroup 0) only copies, the two consumers (warpgroups 1
 // and 2) only compute, 64 query rows each (Br = 128). One producer thread issues Q
 // and then every key tile's K and V by TMA into a ring of `Stages` buffers; the
@@ -13,10 +13,25 @@
 // The producer needs a few registers and the consumers many (64 rows of O in fp32 and
 // the scores): setmaxnreg moves them, 24 for each producer thread and 240 for each
 // consumer thread, 128 x 24 + 256 x 240 = 64,512 of the SM's 65,536 for one block.
+//
+// Step 4 (PingPong): the consumers take turns to issue their wgmma chains (TakeTurns),
+// so that the tensor cores run one consumer's matrix products while the other
+// computes its softmax.
 #pragma once
 #include "flash_hopper.cuh"
 
-template <class T, int D, int Bc, int Stages>
+// Step 4's turns: consumer c issues a chain only once the other has issued its own:
+// named barrier `mine` (2 + c) counts 256 threads, its own 128 waiting and the other
+// consumer's 128 arriving when they have committed their chain.
+struct TakeTurns {
+  int mine, other;
+  __device__ __forceinline__ void acquire() const { named_barrier_sync(mine, 256); }
+  __device__ __forceinline__ void release() const {
+    named_barrier_arrive(other, 256);
+  }
+};
+
+template <class T, int D, int Bc, int Stages, bool PingPong>
 __global__ void __launch_bounds__(384, 1)
     flash_hopper_ws_kernel(const __grid_constant__ CUtensorMap q_map,
                            const __grid_constant__ CUtensorMap k_map,
@@ -78,21 +93,33 @@ __global__ void __launch_bounds__(384, 1)
   const int rows = row_lo + 64 * c;
   mbarrier_wait(&q_full, 0);
   float acc[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  for_each_tile<Bc>(kv_begin, kv_end, u_begin, u_end, [&](int j0, int i, auto masked) {
-    const int s = i % Stages;
-    mbarrier_wait(&full[s], (i / Stages) % 2);
-    // V's rows past kv_end become zeros, as in step 2; both consumers read them, so
-    // the consumers' named barrier (1, 256 threads) stands after the writes
-    if (decltype(masked)::value && kv_end - j0 < Bc) {
-      zero_rows_from<Panels, Bc>(Vs + s * tile, kv_end - j0, threadIdx.x - 128,
-                                 Consumers);
-      named_barrier_sync(1, Consumers);
-    }
-    attend_tile<T, D, Bc, decltype(masked)::value>(
-        acc, m, l, q_addr, k_addr + 2 * s * tile, v_addr + 2 * s * tile, mask, b, h,
-        rows, j0, Sq, Sk, scale, warp, lane);
-    mbarrier_arrive(&empty[s]);   // this thread's wgmmas have read buffer s
-  });
+  auto consume = [&](const auto& turns) {
+    for_each_tile<Bc>(kv_begin, kv_end, u_begin, u_end, [&](int j0, int i,
+                                                             auto masked) {
+      const int s = i % Stages;
+      mbarrier_wait(&full[s], (i / Stages) % 2);
+      // V's rows past kv_end become zeros, as in step 2; both consumers read them,
+      // so the consumers' named barrier (1, 256 threads) stands after the writes
+      if (decltype(masked)::value && kv_end - j0 < Bc) {
+        zero_rows_from<Panels, Bc>(Vs + s * tile, kv_end - j0, threadIdx.x - 128,
+                                   Consumers);
+        named_barrier_sync(1, Consumers);
+      }
+      attend_tile<T, D, Bc, decltype(masked)::value>(
+          acc, m, l, q_addr, k_addr + 2 * s * tile, v_addr + 2 * s * tile, mask, b, h,
+          rows, j0, Sq, Sk, scale, warp, lane, turns);
+      mbarrier_arrive(&empty[s]);   // this thread's wgmmas have read buffer s
+    });
+  };
+  if constexpr (PingPong) {
+    // consumer 0 goes first: consumer 1 arrives once ahead, and consumer 0 takes
+    // that extra arrival back at the end, so both barriers finish empty
+    if (c == 1) named_barrier_arrive(2, 256);
+    consume(TakeTurns{2 + c, 3 - c});
+    if (c == 0) named_barrier_sync(2, 256);
+  } else {
+    consume(AnyTime{});
+  }
   store_rows<T, D / 8, true>(acc, m, l, o + size_t(bh) * Sq * D, lse + size_t(bh) * Sq,
                              rows + 16 * warp, Sq, lane);
 #else
