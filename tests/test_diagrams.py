@@ -121,3 +121,19 @@ def test_the_gpu_figure_draws_every_sm_and_the_devices_table():
         assert f"{gpu.l2_mb} MB, shared by all SMs" in text
         for other in GPUS.values():   # the table of all three
             assert f"{other.arch:>7s}{other.sms:6d}" in text
+
+
+def test_ping_pong_alternates_the_consumers_chains():
+    """Step 4's figure: the tensor cores run the chains in the kernel's turn order, and
+    each softmax runs beside the other consumer's chain, never its own."""
+    ax = diagrams.ping_pong(tiles=2)
+    boxes = {t.get_text(): t.get_position()[0] for t in ax.texts}
+    chains = sorted((x, t) for t, x in boxes.items() if t[:3] in ("1: ", "2: "))
+    assert [t for _, t in chains] == [
+        "1: QKᵀ 0", "2: QKᵀ 0", "1: PV 0", "2: PV 0",
+        "1: QKᵀ 1", "2: QKᵀ 1", "1: PV 1", "2: PV 1"]
+    softmax = [(p.get_x(), p.get_y()) for p in ax.patches if p.get_y() < 2]
+    assert softmax == [(1.0, 1.1), (2.0, 0.0), (5.0, 1.1), (6.0, 0.0)]
+    assert [t for x, t in chains if x - 0.5 in (1.0, 5.0)] == ["2: QKᵀ 0", "2: QKᵀ 1"]
+    assert [t for x, t in chains if x - 0.5 in (2.0, 6.0)] == ["1: PV 0", "1: PV 1"]
+    matplotlib.pyplot.close("all")

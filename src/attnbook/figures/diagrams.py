@@ -19,7 +19,7 @@ from ..toolchain.occupancy import ARCHITECTURES, occupancy
 __all__ = ["gpu_hierarchy", "score_grid", "gemm_tiles", "flash_schedule", "roofline",
            "occupancy_bars", "mma_fragments", "ldmatrix_fragment", "bank_groups",
            "backward_schedule", "wgmma_accumulators", "hopper_pipeline",
-           "warp_specialized"]
+           "warp_specialized", "ping_pong"]
 
 BLUE, ORANGE, GREEN, GREY = "#4c72b0", "#dd8452", "#55a868", "#d0d0d0"
 
@@ -438,4 +438,34 @@ def warp_specialized(tiles=5, ax=None):
         ax.spines[side].set_visible(False)
     ax.set_title("warp specialization: the producer refills a buffer once both "
                  "consumers have released it (step 3)", fontsize=9)
+    return ax
+
+
+def ping_pong(tiles=2, ax=None):
+    """A schematic timeline of chapter 12's step 4 for one block: the two consumers
+    issue their wgmma chains in turns, so the tensor cores run QKᵀ and PV of one while
+    the other computes its softmax (a softmax as long as a chain: no idle time)."""
+    ax = ax or plt.subplots(figsize=(10, 2.8))[1]
+    g = 1.0   # one chain, and one softmax: the same length here
+    rows = {"tensor cores": 2.2, "consumer 1": 1.1, "consumer 2": 0.0}
+    for label, y in rows.items():
+        ax.text(-0.2, y + 0.4, label, ha="right", va="center", fontsize=8)
+    for j in range(tiles):
+        for c in (1, 2):
+            qk, pv = (4 * j + c - 1) * g, (4 * j + c + 1) * g   # their turns
+            for start, what in ((qk, "QKᵀ"), (pv, "PV")):
+                _box(ax, start, 2.2, g, 0.8, BLUE, f"{c}: {what} {j}", alpha=0.6,
+                     fontsize=7)
+            y = rows[f"consumer {c}"]
+            _box(ax, qk + g, y, g, 0.8, ORANGE, f"softmax {j}", alpha=0.7, fontsize=7)
+    end = 4 * tiles * g + g
+    ax.set_xlim(-2.2, end + 0.2)
+    ax.set_ylim(-0.2, 3.2)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_xlabel("time (schematic) →")
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_title("ping-pong: each consumer's softmax runs while the other's matrix "
+                 "products do (step 4)", fontsize=9)
     return ax
