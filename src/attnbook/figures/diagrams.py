@@ -39,6 +39,18 @@ def _frame(ax, w, h, title, top=-1.5):
     ax.axis("off")
     ax.set_title(title, fontsize=9)
 
+def _timeline(ax, xlim, ylim, title):
+    """A schematic timeline's frame: no ticks, time along the bottom axis."""
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_xlabel("time (schematic) →")
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(title, fontsize=9)
+    return ax
+
 
 def gpu_hierarchy(gpu="A100", ax=None):
     """What a kernel runs on: ``gpu``'s SMs, each with its warps, register file and
@@ -389,16 +401,9 @@ def hopper_pipeline(tiles=4, ax=None):
              f"tile {j}: wait\nbar[{1 + j % 2}], parity {j // 2 % 2}", alpha=0.5,
              fontsize=6.5)
     end = tiles * (issue + work)
-    ax.set_xlim(-5, end + 0.5)
-    ax.set_ylim(-0.2, 5.6)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    ax.set_xlabel("time (schematic) →")
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
-    ax.set_title("who copies and who waits: cp.async from every thread (step 1) and "
-                 "TMA on mbarriers (step 2)", fontsize=9)
-    return ax
+    return _timeline(ax, (-5, end + 0.5), (-0.2, 5.6),
+                     "who copies and who waits: cp.async from every thread (step 1) "
+                     "and TMA on mbarriers (step 2)")
 
 
 def warp_specialized(tiles=5, ax=None):
@@ -429,16 +434,9 @@ def warp_specialized(tiles=5, ax=None):
             _box(ax, start, y, work - 0.1, 0.8, BLUE,
                  f"tile {i}: wait full[{s}]\nparity {i // 2 % 2}", alpha=0.5,
                  fontsize=6.5)
-    ax.set_xlim(-4.5, 2 * fill + tiles * work + 0.5)
-    ax.set_ylim(0.5, 4.9)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    ax.set_xlabel("time (schematic) →")
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
-    ax.set_title("warp specialization: the producer refills a buffer once both "
-                 "consumers have released it (step 3)", fontsize=9)
-    return ax
+    return _timeline(ax, (-4.5, 2 * fill + tiles * work + 0.5), (0.5, 4.9),
+                     "warp specialization: the producer refills a buffer once both "
+                     "consumers have released it (step 3)")
 
 
 def ping_pong(tiles=2, ax=None):
@@ -459,13 +457,6 @@ def ping_pong(tiles=2, ax=None):
             y = rows[f"consumer {c}"]
             _box(ax, qk + g, y, g, 0.8, ORANGE, f"softmax {j}", alpha=0.7, fontsize=7)
     end = 4 * tiles * g + g
-    ax.set_xlim(-2.2, end + 0.2)
-    ax.set_ylim(-0.2, 3.2)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    ax.set_xlabel("time (schematic) →")
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
-    ax.set_title("ping-pong: each consumer's softmax runs while the other's matrix "
-                 "products do (step 4)", fontsize=9)
-    return ax
+    return _timeline(ax, (-2.2, end + 0.2), (-0.2, 3.2),
+                     "ping-pong: each consumer's softmax runs while the other's "
+                     "matrix products do (step 4)")
