@@ -547,8 +547,8 @@ SPECS = [
            kernels=(f"{kernel}<__half, {d}, 64{tail}>",), archs=("sm_90a",))
       for step, kernel, tail in ((1, "flash_hopper_wgmma_kernel", ""),
                                  (2, "flash_hopper_tma_kernel", ""),
-                                 (3, "flash_hopper_ws_kernel", ", 2, false"),
-                                 (4, "flash_hopper_ws_kernel", ", 2, true"))
+                                 *((n, "flash_hopper_ws_kernel", f", 2, {n}")
+                                   for n in (3, 4, 5)))
       for d in (D, 128)),
 ]
 

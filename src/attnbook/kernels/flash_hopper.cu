@@ -2,8 +2,9 @@
 // chapter 8's arguments (flash_tc.cu). The steps:
 //   1 wgmma from shared memory, cp.async double buffering  flash_hopper_1_wgmma.cuh
 //   2 TMA loads on mbarriers                               flash_hopper_2_tma.cuh
-//   3 a TMA producer warpgroup, two consumers             flash_hopper_3_4_producer.cuh
-//   4 the consumers' wgmmas in turns (ping-pong)          flash_hopper_3_4_producer.cuh
+//   3 a TMA producer warpgroup, two consumers             flash_hopper_3_5_producer.cuh
+//   4 the consumers' wgmmas in turns (ping-pong)          flash_hopper_3_5_producer.cuh
+//   5 each consumer's Q Kᵀ beside its last tile's P V     flash_hopper_3_5_producer.cuh
 // The kernels are sm_90a code: built for anything else they trap, so that nothing runs
 // that would leave o unwritten (ops/flash_hopper.py builds them for sm_90a and calls
 // them only on an sm_90 GPU or the emulator).
@@ -14,7 +15,7 @@
 #include "flash_hopper.h"
 #include "flash_hopper_1_wgmma.cuh"
 #include "flash_hopper_2_tma.cuh"
-#include "flash_hopper_3_4_producer.cuh"
+#include "flash_hopper_3_5_producer.cuh"
 
 // `launch(grid, bh0)` for each run of at most 65535 batch-heads (gridDim.y's limit),
 // after granting the kernel its dynamic shared memory.
@@ -89,10 +90,11 @@ static TcStatus launch(int step, const void* q, const void* k, const void* v, vo
                                            Hkv, Sq, Sk, scale, mask);
     });
   }
-  // steps 3 and 4: a block of three warpgroups, 128 query rows
+  // steps 3 to 5: a block of three warpgroups, 128 query rows
   constexpr int ws_bytes = hopper_bytes<D, Bc, 2 * Br, 2>();
-  const auto kernel = step == 3 ? flash_hopper_ws_kernel<T, D, Bc, 2, false>
-                                : flash_hopper_ws_kernel<T, D, Bc, 2, true>;
+  const auto kernel = step == 3   ? flash_hopper_ws_kernel<T, D, Bc, 2, 3>
+                      : step == 4 ? flash_hopper_ws_kernel<T, D, Bc, 2, 4>
+                                  : flash_hopper_ws_kernel<T, D, Bc, 2, 5>;
   return launch_grid(kernel, ws_bytes, BH, Sq, 2 * Br, [&](dim3 grid, int bh0) {
     kernel<<<grid, 384, ws_bytes, stream>>>(maps[0], maps[1], maps[2], out, lse, bh0,
                                             H, Hkv, Sq, Sk, scale, mask);
@@ -104,7 +106,7 @@ TcStatus flash_hopper_forward(bool bf16, int step, const void* q, const void* k,
                               const Layout& lk, const Layout& lv, int B, int H, int Hkv,
                               int Sq, int Sk, int D, float scale,
                               const MaskParams& mask, cudaStream_t stream) {
-  if (step < 1 || step > 4 || (D != 64 && D != 128)) return kTcNotCompiled;
+  if (step < 1 || step > 5 || (D != 64 && D != 128)) return kTcNotCompiled;
   const auto run = D == 64 ? (bf16 ? launch<__nv_bfloat16, 64> : launch<__half, 64>)
                            : (bf16 ? launch<__nv_bfloat16, 128> : launch<__half, 128>);
   return run(step, q, k, v, o, lse, lq, lk, lv, B, H, Hkv, Sq, Sk, scale, mask, stream);

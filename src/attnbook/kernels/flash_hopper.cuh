@@ -17,6 +17,45 @@ constexpr int hopper_bytes() {
   return 2 * (Br * D + 2 * Stages * Bc * D) + 1024;
 }
 
+// The wgmma chains of one key tile for a warpgroup's 64 rows (this thread's warp owns
+// 16). issue_scores: S = Q Kᵀ as m64n64k16 wgmmas over the D / 16 slices of the head
+// dimension, Q's and K's panels at shared addresses q_addr and k_addr (slice kk is 32
+// bytes into a panel's rows). issue_pv: O += P V, P from registers (a, packed by
+// pack_p), V's panels at v_addr read N-major. Each issues only: the caller fences
+// before, commits after and waits before it reads what they write.
+template <class T, int D, int Bc>
+__device__ __forceinline__ void issue_scores(float (&s)[Bc / 8][4], uint32_t q_addr,
+                                             uint32_t k_addr) {
+  constexpr int q_panel = 64 * 64, kv_panel = Bc * 64;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint32_t at = 32 * (kk % 4);
+    wgmma_64x64_ss<T>(s, k_major_desc(q_addr + 2 * (kk / 4) * q_panel + at),
+                      k_major_desc(k_addr + 2 * (kk / 4) * kv_panel + at), kk > 0);
+  }
+}
+template <class T, int D, int Bc>
+__device__ __forceinline__ void issue_pv(float (&acc)[D / 8][4],
+                                         const uint32_t (&a)[Bc / 16][4],
+                                         uint32_t v_addr) {
+#pragma unroll
+  for (int j = 0; j < Bc / 16; ++j)
+    wgmma_rs<T, D>(acc, a[j], n_major_desc(v_addr + 16 * 128 * j, 2 * Bc * 64), 1);
+}
+// P's slice j as wgmma's A operand: S's accumulators of keys 16j..16j+15, packed to T
+// (before the fence: the ISA wants one between writing a wgmma's registers and it).
+template <class T, int Bc>
+__device__ __forceinline__ void pack_p(const float (&s)[Bc / 8][4],
+                                       uint32_t (&a)[Bc / 16][4]) {
+#pragma unroll
+  for (int j = 0; j < Bc / 16; ++j) {
+    a[j][0] = pack2<T>(s[2 * j][0], s[2 * j][1]);
+    a[j][1] = pack2<T>(s[2 * j][2], s[2 * j][3]);
+    a[j][2] = pack2<T>(s[2 * j + 1][0], s[2 * j + 1][1]);
+    a[j][3] = pack2<T>(s[2 * j + 1][2], s[2 * j + 1][3]);
+  }
+}
+
 // When a warpgroup may issue its wgmmas: acquire() before a chain, release() once it
 // is committed. AnyTime: whenever it is ready (one warpgroup, or consumers that do not
 // take turns).
@@ -25,13 +64,10 @@ struct AnyTime {
   __device__ __forceinline__ void release() const {}
 };
 
-// One key tile j0..j0+Bc-1 for a warpgroup's 64 rows from row_lo (this thread's
-// warp `warp` of it owns 16): S = Q Kᵀ as a chain of m64n64k16 wgmmas over the D / 16
-// slices of the head dimension (Q and K panels at shared addresses q_addr and k_addr),
-// the scale (and, Masked, the mask: the tile may be partial or masked), the online
-// softmax, then O += P V with P from registers and V's panels at v_addr. Each chain
-// is issued in the warpgroup's turn (`turns`). Every wgmma it issues has landed when
-// it returns.
+// One key tile j0..j0+Bc-1 for a warpgroup's 64 rows from row_lo: S = Q Kᵀ, the scale
+// (and, Masked, the mask: the tile may be partial or masked), the online softmax, then
+// O += P V. Each chain is issued in the warpgroup's turn (`turns`). Every wgmma it
+// issues has landed when it returns.
 template <class T, int D, int Bc, bool Masked, class Turns = AnyTime>
 __device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2],
                                             float (&l)[2], uint32_t q_addr,
@@ -40,42 +76,47 @@ __device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2
                                             int row_lo, int j0, int Sq, int Sk,
                                             float scale, int warp, int lane,
                                             const Turns& turns = Turns{}) {
-  constexpr int q_panel = 64 * 64, kv_panel = Bc * 64;
-  // S = Q Kᵀ: slice kk of the head dimension is 32 bytes into a panel's rows
   float s[Bc / 8][4];
   turns.acquire();
   wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const uint32_t at = 32 * (kk % 4);
-    wgmma_64x64_ss<T>(s, k_major_desc(q_addr + 2 * (kk / 4) * q_panel + at),
-                      k_major_desc(k_addr + 2 * (kk / 4) * kv_panel + at), kk > 0);
-  }
+  issue_scores<T, D, Bc>(s, q_addr, k_addr);
   wgmma_commit();
   turns.release();
   wgmma_wait<0>();
   scale_and_mask<Bc / 8, true>(s, !Masked, mask, b, h, row_lo + 16 * warp, j0, Sq, Sk,
                                scale, lane);
   online_softmax<Bc / 8, D / 8, true>(s, acc, m, l);
-
-  // O += P V: P's slice j is S's accumulators of keys 16j..16j+15, packed as A, all
-  // before the fence (the ISA wants one between writing a wgmma's registers and it)
   uint32_t a[Bc / 16][4];
-#pragma unroll
-  for (int j = 0; j < Bc / 16; ++j) {
-    a[j][0] = pack2<T>(s[2 * j][0], s[2 * j][1]);
-    a[j][1] = pack2<T>(s[2 * j][2], s[2 * j][3]);
-    a[j][2] = pack2<T>(s[2 * j + 1][0], s[2 * j + 1][1]);
-    a[j][3] = pack2<T>(s[2 * j + 1][2], s[2 * j + 1][3]);
-  }
+  pack_p<T, Bc>(s, a);
   turns.acquire();
   wgmma_fence();
-#pragma unroll
-  for (int j = 0; j < Bc / 16; ++j)
-    wgmma_rs<T, D>(acc, a[j], n_major_desc(v_addr + 16 * 128 * j, 2 * kv_panel), 1);
+  issue_pv<T, D, Bc>(acc, a, v_addr);
   wgmma_commit();
   turns.release();
   wgmma_wait<0>();
+}
+
+// The online softmax of a tile's scores while O's product with the tile before is
+// still in flight (step 5), so O is not to be touched yet: chapter 8's online_softmax
+// on S alone (its accumulator a stand-in), and alpha, the factor that O needs once
+// that product has landed (rescale_rows), as online_softmax computes it:
+// exp2(m_old − m_new), with 0 for m_new in place of -inf.
+template <int NB>
+__device__ __forceinline__ void softmax_deferred(float (&s)[NB][4], float (&m)[2],
+                                                 float (&l)[2], float (&alpha)[2]) {
+  float stand_in[1][4] = {};
+  const float m_old[2] = {m[0], m[1]};
+  online_softmax<NB, 1, true>(s, stand_in, m, l);
+  for (int r = 0; r < 2; ++r)
+    alpha[r] = exp2f(m_old[r] - (m[r] == -INFINITY ? 0.f : m[r]));
+}
+template <int ND>
+__device__ __forceinline__ void rescale_rows(float (&acc)[ND][4],
+                                             const float (&alpha)[2]) {
+#pragma unroll
+  for (int d = 0; d < ND; ++d)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[d][i] *= alpha[i / 2];
 }
 
 // TMA zero-fills only past Sk: V's rows of keys past kv_end in a partial last tile (a

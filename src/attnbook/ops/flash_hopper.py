@@ -17,7 +17,8 @@ __all__ = ["flash_attention_hopper", "flash_hopper_forward", "HOPPER_STEPS"]
 # The chapter's steps, each a kernel of kernels/flash_hopper*.
 HOPPER_STEPS = {1: "wgmma from shared memory", 2: "TMA loads on mbarriers",
                 3: "a producer warpgroup and two consumers",
-                4: "the consumers' matrix products in turns (ping-pong)"}
+                4: "the consumers' matrix products in turns (ping-pong)",
+                5: "each consumer's tiles pipelined (softmax beside P V)"}
 HOPPER_HEAD_DIMS = (64, 128)
 
 

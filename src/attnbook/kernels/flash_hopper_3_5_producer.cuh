@@ -1,4 +1,4 @@
-// Chapter 12's Hopper forward, steps 3 and 4: warp specialization. A block is three
+// Chapter 12's Hopper forward, steps 3 to 5: warp specialization. A block is three
 // warpgroups: the producer (warpgroup 0) only copies, the two consumers (warpgroups 1
 // and 2) only compute, 64 query rows each (Br = 128). One producer thread issues Q
 // and then every key tile's K and V by TMA into a ring of `Stages` buffers; the
@@ -14,9 +14,11 @@
 // the scores): setmaxnreg moves them, 24 for each producer thread and 240 for each
 // consumer thread, 128 x 24 + 256 x 240 = 64,512 of the SM's 65,536 for one block.
 //
-// Step 4 (PingPong): the consumers take turns to issue their wgmma chains (TakeTurns),
-// so that the tensor cores run one consumer's matrix products while the other
-// computes its softmax.
+// Step 4: the consumers take turns to issue their wgmma chains (TakeTurns), so that
+// the tensor cores run one consumer's matrix products while the other computes its
+// softmax. Step 5: each consumer also pipelines its own tiles: it issues tile i's
+// Q Kᵀ with tile i - 1's P V in one turn, and computes tile i's softmax while the
+// P V runs (FlashAttention-3's intra-warpgroup overlap).
 #pragma once
 #include "flash_hopper.cuh"
 
@@ -31,7 +33,7 @@ struct TakeTurns {
   }
 };
 
-template <class T, int D, int Bc, int Stages, bool PingPong>
+template <class T, int D, int Bc, int Stages, int Step>
 __global__ void __launch_bounds__(384, 1)
     flash_hopper_ws_kernel(const __grid_constant__ CUtensorMap q_map,
                            const __grid_constant__ CUtensorMap k_map,
@@ -93,32 +95,79 @@ __global__ void __launch_bounds__(384, 1)
   const int rows = row_lo + 64 * c;
   mbarrier_wait(&q_full, 0);
   float acc[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  // tile i has landed in buffer s; V's rows past kv_end become zeros, as in step 2:
+  // both consumers read them, so the consumers' named barrier (1, 256 threads)
+  // stands after the writes
+  auto wait_tile = [&](int s, int i, int j0, bool masked) {
+    mbarrier_wait(&full[s], (i / Stages) % 2);
+    if (masked && kv_end - j0 < Bc) {
+      zero_rows_from<Panels, Bc>(Vs + s * tile, kv_end - j0, threadIdx.x - 128,
+                                 Consumers);
+      named_barrier_sync(1, Consumers);
+    }
+  };
+  // steps 3 and 4: one tile after the other
   auto consume = [&](const auto& turns) {
     for_each_tile<Bc>(kv_begin, kv_end, u_begin, u_end, [&](int j0, int i,
                                                              auto masked) {
       const int s = i % Stages;
-      mbarrier_wait(&full[s], (i / Stages) % 2);
-      // V's rows past kv_end become zeros, as in step 2; both consumers read them,
-      // so the consumers' named barrier (1, 256 threads) stands after the writes
-      if (decltype(masked)::value && kv_end - j0 < Bc) {
-        zero_rows_from<Panels, Bc>(Vs + s * tile, kv_end - j0, threadIdx.x - 128,
-                                   Consumers);
-        named_barrier_sync(1, Consumers);
-      }
+      wait_tile(s, i, j0, decltype(masked)::value);
       attend_tile<T, D, Bc, decltype(masked)::value>(
           acc, m, l, q_addr, k_addr + 2 * s * tile, v_addr + 2 * s * tile, mask, b, h,
           rows, j0, Sq, Sk, scale, warp, lane, turns);
       mbarrier_arrive(&empty[s]);   // this thread's wgmmas have read buffer s
     });
   };
-  if constexpr (PingPong) {
+  // step 5: tile i's Q Kᵀ and tile i - 1's P V in one turn; tile i's softmax while
+  // that P V runs; O rescaled once it has landed. O sees the same products and factors
+  // in the same order as in steps 3-4: O = alpha_i (O + P_{i-1} V_{i-1}).
+  auto consume_pipelined = [&](const auto& turns) {
+    uint32_t p[Bc / 16][4];   // P of the tile before, packed
+    int last = -1;            // its buffer
+    for_each_tile<Bc>(kv_begin, kv_end, u_begin, u_end, [&](int j0, int i,
+                                                             auto masked) {
+      const int s = i % Stages;
+      wait_tile(s, i, j0, decltype(masked)::value);
+      float sc[Bc / 8][4], alpha[2];
+      turns.acquire();
+      wgmma_fence();
+      issue_scores<T, D, Bc>(sc, q_addr, k_addr + 2 * s * tile);
+      wgmma_commit();
+      if (last >= 0) issue_pv<T, D, Bc>(acc, p, v_addr + 2 * last * tile);
+      wgmma_commit();   // (an empty group on the first tile)
+      turns.release();
+      wgmma_wait<1>();   // S has landed; P V may still run
+      scale_and_mask<Bc / 8, true>(sc, !decltype(masked)::value, mask, b, h,
+                                   rows + 16 * warp, j0, Sq, Sk, scale, lane);
+      softmax_deferred<Bc / 8>(sc, m, l, alpha);
+      wgmma_wait<0>();   // P V of the tile before has landed: its buffer is free
+      if (last >= 0) mbarrier_arrive(&empty[last]);
+      rescale_rows<D / 8>(acc, alpha);
+      pack_p<T, Bc>(sc, p);
+      last = s;
+    });
+    if (last >= 0) {   // the last tile's P V
+      turns.acquire();
+      wgmma_fence();
+      issue_pv<T, D, Bc>(acc, p, v_addr + 2 * last * tile);
+      wgmma_commit();
+      turns.release();
+      wgmma_wait<0>();
+      mbarrier_arrive(&empty[last]);
+    }
+  };
+  auto run = [&](const auto& turns) {
+    if constexpr (Step == 5) consume_pipelined(turns);
+    else consume(turns);
+  };
+  if constexpr (Step >= 4) {
     // consumer 0 goes first: consumer 1 arrives once ahead, and consumer 0 takes
     // that extra arrival back at the end, so both barriers finish empty
     if (c == 1) named_barrier_arrive(2, 256);
-    consume(TakeTurns{2 + c, 3 - c});
+    run(TakeTurns{2 + c, 3 - c});
     if (c == 0) named_barrier_sync(2, 256);
   } else {
-    consume(AnyTime{});
+    run(AnyTime{});
   }
   store_rows<T, D / 8, true>(acc, m, l, o + size_t(bh) * Sq * D, lse + size_t(bh) * Sq,
                              rows + 16 * warp, Sq, lane);
