@@ -85,10 +85,10 @@ def test_the_hopper_diagrams_draw_each_thread_and_phase():
     matplotlib.pyplot.close("all")
 
 
-def test_the_warp_specialized_ring_waits_as_the_kernel_does():
+def test_the_warp_specialized_figure_labels_the_kernels_waits():
     """Step 3's figure: both consumers wait for tile i's fill, full[i % 2] parity
     i // 2 % 2; the producer refills buffer i % 2 for tile i after its release of tile
-    i - 2, empty[i % 2] parity i // 2 - 1 (the kernel's waits, as literals)."""
+    i - 2, empty[i % 2] parity i // 2 - 1 (steps 3-4's waits, written out)."""
     texts = [t.get_text() for t in diagrams.warp_specialized(tiles=5).texts]
     waits = ["tile 0: wait full[0]\nparity 0", "tile 1: wait full[1]\nparity 0",
              "tile 2: wait full[0]\nparity 1", "tile 3: wait full[1]\nparity 1",
@@ -128,12 +128,12 @@ def test_ping_pong_alternates_the_consumers_chains():
     each softmax runs beside the other consumer's chain, never its own."""
     ax = diagrams.ping_pong(tiles=2)
     boxes = {t.get_text(): t.get_position()[0] for t in ax.texts}
-    chains = sorted((x, t) for t, x in boxes.items() if t[:3] in ("1: ", "2: "))
+    chains = sorted((x, t) for t, x in boxes.items() if t[:3] in ("0: ", "1: "))
     assert [t for _, t in chains] == [
-        "1: QKᵀ 0", "2: QKᵀ 0", "1: PV 0", "2: PV 0",
-        "1: QKᵀ 1", "2: QKᵀ 1", "1: PV 1", "2: PV 1"]
+        "0: QKᵀ 0", "1: QKᵀ 0", "0: PV 0", "1: PV 0",
+        "0: QKᵀ 1", "1: QKᵀ 1", "0: PV 1", "1: PV 1"]
     softmax = [(p.get_x(), p.get_y()) for p in ax.patches if p.get_y() < 2]
     assert softmax == [(1.0, 1.1), (2.0, 0.0), (5.0, 1.1), (6.0, 0.0)]
-    assert [t for x, t in chains if x - 0.5 in (1.0, 5.0)] == ["2: QKᵀ 0", "2: QKᵀ 1"]
-    assert [t for x, t in chains if x - 0.5 in (2.0, 6.0)] == ["1: PV 0", "1: PV 1"]
+    assert [t for x, t in chains if x - 0.5 in (1.0, 5.0)] == ["1: QKᵀ 0", "1: QKᵀ 1"]
+    assert [t for x, t in chains if x - 0.5 in (2.0, 6.0)] == ["0: PV 0", "0: PV 1"]
     matplotlib.pyplot.close("all")

@@ -56,6 +56,32 @@ def test_sanitizer_clean(step, device):
     check_close(out, q, k, v, torch.ones(70, 130, dtype=torch.bool).tril(60))
 
 
+@pytest.mark.parametrize("step", [3, 4, 5])
+def test_the_ring_wraps_its_parities(step, device):
+    """More key tiles than two rounds of the ring (two buffers for steps 3-4, three
+    for step 5): the producer waits on empty[s] with parity 1 and the consumers come
+    back to full[s] with parity 0, under a shuffled order and the sanitizer."""
+    q, k, v = inputs((1, 1, 1, 130, 450, 64), torch.float16, device, seed=5)
+    with ab.thread_order("shuffle", 3):
+        check_close(ab.flash_attention_hopper(q, k, v, step=step), q, k, v, None)
+    if device == "cpu":
+        with ab.sanitize():
+            ab.flash_attention_hopper(q, k, v, is_causal=True, step=step)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_steps_4_and_5_give_step_3s_bits(d, device):
+    """The turns (step 4) and the pipeline (step 5) change when each product runs, not
+    what it computes: the same bits as step 3 for every mask, with grouped heads."""
+    q, k, v = inputs((1, 4, 2, 150, 200, d), torch.bfloat16, device, seed=6)
+    for name, opts, _ in ab.masks.cases(1, 4, 150, 200, dtype=torch.bfloat16,
+                                        device=device):
+        three = ab.flash_attention_hopper(q, k, v, step=3, **opts)
+        for step in (4, 5):
+            assert torch.equal(ab.flash_attention_hopper(q, k, v, step=step, **opts),
+                               three), (name, step)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_log_sum_exp_large_scores_and_empty_rows(dtype, device):
     q, k, v = inputs((1, 2, 2, 40, 50, 128), dtype, device, seed=3, magnitude=100.0)

@@ -4,7 +4,7 @@ and nvdisasm are installed."""
 import pytest
 
 import attnbook as ab
-from attnbook.toolchain import find_nvcc
+from attnbook.toolchain import find_nvcc, sass
 from attnbook.toolchain.sass import (LoopMix, find_nvdisasm, fma_loops, fma_report,
                                     hot_loops, sass_report)
 
@@ -95,13 +95,24 @@ def test_a_real_build_names_its_tensor_core_kernels():
 def test_a_real_sm_90a_build_reads_its_hgmma_loops():
     """Chapter 12's build: every instance of every step has a hot loop of HGMMAs,
     one key tile's worth: per warp S (16 x 64 x D) and O (16 x D x 64), D / 2
-    HMMA.16816s each; step 5's loop also holds the HGMMA.64x8x16 that ptxas puts in
-    for the first tile's empty commit group."""
+    HMMA.16816s each. Only step 5 runs instructions beside its newest wgmma group
+    (the softmax of a tile beside the P V of the one before)."""
     report = sass_report(ab.kernel_source("flash_hopper.cu"), "sm_90a")
     assert len(report) == 5 * 2 * 2   # steps 1-5, fp16/bf16, D 64/128
     for name, mix in report.items():
         d = 128 if ", 128, 64" in name else 64
-        assert mix.count("HMMA") == 0 and mix.hmma == d + (", 2, 5>" in name), name
+        assert mix.count("HMMA") == 0 and mix.hmma == d, name
+        assert (mix.beside_last_group >= 32) == (", 3, 5>" in name), name
+
+
+def test_the_instructions_beside_the_newest_wgmma_group_are_counted():
+    """Between `DEPBAR.LE gsb0, 0x1` and the next `0x0` of the hot loop, NOPs aside;
+    a loop without the pair has none."""
+    body = ["HGMMA.64x64x16.F32 R24, gdesc[UR4], R24, gsb0 ;",
+            "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;", "FMUL R1, R2, R3 ;", "NOP ;",
+            "MUFU.EX2 R4, R1 ;", "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;", "FADD R5, R4, R4 ;"]
+    assert sass._beside_last_group(body) == 2
+    assert sass._beside_last_group(body[:1] + body[2:]) == 0
 
 
 @pytest.mark.skipif(find_nvcc() is None or find_nvdisasm() is None,

@@ -547,8 +547,8 @@ SPECS = [
            kernels=(f"{kernel}<__half, {d}, 64{tail}>",), archs=("sm_90a",))
       for step, kernel, tail in ((1, "flash_hopper_wgmma_kernel", ""),
                                  (2, "flash_hopper_tma_kernel", ""),
-                                 *((n, "flash_hopper_ws_kernel", f", 2, {n}")
-                                   for n in (3, 4, 5)))
+                                 *((n, "flash_hopper_ws_kernel",
+                                    f", {2 + (n == 5)}, {n}") for n in (3, 4, 5)))
       for d in (D, 128)),
 ]
 

@@ -413,8 +413,8 @@ def warp_specialized(tiles=5, ax=None):
     computes the tile for its 64 query rows."""
     ax = ax or plt.subplots(figsize=(10, 3.6))[1]
     work, fill = 3.0, 0.45   # time units: one tile's math, issuing one tile's boxes
-    rows = {"producer: thread 0\n(TMA)": 3.2, "consumer 1\n(rows 0-63)": 2.0,
-            "consumer 2\n(rows 64-127)": 0.8}
+    rows = {"producer: thread 0\n(TMA)": 3.2, "consumer 0\n(rows 0-63)": 2.0,
+            "consumer 1\n(rows 64-127)": 0.8}
     for label, y in rows.items():
         ax.text(-0.3, y + 0.4, label, ha="right", va="center", fontsize=8)
     for i in range(tiles):
@@ -445,12 +445,12 @@ def ping_pong(tiles=2, ax=None):
     the other computes its softmax (a softmax as long as a chain: no idle time)."""
     ax = ax or plt.subplots(figsize=(10, 2.8))[1]
     g = 1.0   # one chain, and one softmax: the same length here
-    rows = {"tensor cores": 2.2, "consumer 1": 1.1, "consumer 2": 0.0}
+    rows = {"tensor cores": 2.2, "consumer 0": 1.1, "consumer 1": 0.0}
     for label, y in rows.items():
         ax.text(-0.2, y + 0.4, label, ha="right", va="center", fontsize=8)
     for j in range(tiles):
-        for c in (1, 2):
-            qk, pv = (4 * j + c - 1) * g, (4 * j + c + 1) * g   # their turns
+        for c in (0, 1):
+            qk, pv = (4 * j + c) * g, (4 * j + c + 2) * g   # their turns
             for start, what in ((qk, "QKᵀ"), (pv, "PV")):
                 _box(ax, start, 2.2, g, 0.8, BLUE, f"{c}: {what} {j}", alpha=0.6,
                      fontsize=7)

@@ -90,15 +90,19 @@ static TcStatus launch(int step, const void* q, const void* k, const void* v, vo
                                            Hkv, Sq, Sk, scale, mask);
     });
   }
-  // steps 3 to 5: a block of three warpgroups, 128 query rows
-  constexpr int ws_bytes = hopper_bytes<D, Bc, 2 * Br, 2>();
-  const auto kernel = step == 3   ? flash_hopper_ws_kernel<T, D, Bc, 2, 3>
-                      : step == 4 ? flash_hopper_ws_kernel<T, D, Bc, 2, 4>
-                                  : flash_hopper_ws_kernel<T, D, Bc, 2, 5>;
-  return launch_grid(kernel, ws_bytes, BH, Sq, 2 * Br, [&](dim3 grid, int bh0) {
-    kernel<<<grid, 384, ws_bytes, stream>>>(maps[0], maps[1], maps[2], out, lse, bh0,
-                                            H, Hkv, Sq, Sk, scale, mask);
-  });
+  // steps 3 to 5: a block of three warpgroups, 128 query rows; step 5 holds two
+  // buffers at once (the tile and the one before), so it gets a third to fill
+  const auto ws = [&](auto kernel, int stages) {
+    const int bytes = stages == 2 ? hopper_bytes<D, Bc, 2 * Br, 2>()
+                                  : hopper_bytes<D, Bc, 2 * Br, 3>();
+    return launch_grid(kernel, bytes, BH, Sq, 2 * Br, [&](dim3 grid, int bh0) {
+      kernel<<<grid, 384, bytes, stream>>>(maps[0], maps[1], maps[2], out, lse, bh0, H,
+                                           Hkv, Sq, Sk, scale, mask);
+    });
+  };
+  if (step == 3) return ws(flash_hopper_ws_kernel<T, D, Bc, 2, 3>, 2);
+  if (step == 4) return ws(flash_hopper_ws_kernel<T, D, Bc, 2, 4>, 2);
+  return ws(flash_hopper_ws_kernel<T, D, Bc, 3, 5>, 3);
 }
 
 TcStatus flash_hopper_forward(bool bf16, int step, const void* q, const void* k,

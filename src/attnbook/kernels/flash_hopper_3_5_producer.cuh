@@ -11,8 +11,9 @@
 // phase u of empty[s]; the producer's (u + 1)-th fill of s waits for that release.
 //
 // The producer needs a few registers and the consumers many (64 rows of O in fp32 and
-// the scores): setmaxnreg moves them, 24 for each producer thread and 240 for each
-// consumer thread, 128 x 24 + 256 x 240 = 64,512 of the SM's 65,536 for one block.
+// the scores): setmaxnreg moves them within the block's allocation (384 threads x 168
+// at launch = 64,512), 24 for each producer thread and 240 for each consumer thread:
+// 128 x 24 + 256 x 240 = 64,512.
 //
 // Step 4: the consumers take turns to issue their wgmma chains (TakeTurns), so that
 // the tensor cores run one consumer's matrix products while the other computes its
@@ -118,43 +119,67 @@ __global__ void __launch_bounds__(384, 1)
       mbarrier_arrive(&empty[s]);   // this thread's wgmmas have read buffer s
     });
   };
-  // step 5: tile i's Q Kᵀ and tile i - 1's P V in one turn; tile i's softmax while
-  // that P V runs; O rescaled once it has landed. O sees the same products and factors
-  // in the same order as in steps 3-4: O = alpha_i (O + P_{i-1} V_{i-1}).
+  // step 5: tile i's Q Kᵀ and tile i - 1's P V in one turn, two commit groups; tile
+  // i's softmax while that P V runs; O rescaled once it has landed. O sees the same
+  // products and factors in the same order as in steps 3-4: O = alpha_i (O + P_{i-1}
+  // V_{i-1}). The first tile, with no P V before it, runs ahead of the loop, so that
+  // the loop's waits are the same on every tile (ptxas serializes the wgmmas of a
+  // loop whose commit groups differ by a branch). The register fences keep the
+  // softmax's code between the two waits in the order nvcc emits it.
   auto consume_pipelined = [&](const auto& turns) {
     uint32_t p[Bc / 16][4];   // P of the tile before, packed
-    int last = -1;            // its buffer
-    for_each_tile<Bc>(kv_begin, kv_end, u_begin, u_end, [&](int j0, int i,
-                                                             auto masked) {
-      const int s = i % Stages;
+    int last = 0;             // its buffer
+    float sc[Bc / 8][4], alpha[2];
+    auto softmax = [&](int j0, auto masked) {
+      fence_registers(sc);
+      scale_and_mask<Bc / 8, true>(sc, !decltype(masked)::value, mask, b, h,
+                                   rows + 16 * warp, j0, Sq, Sk, scale, lane);
+      softmax_deferred<Bc / 8>(sc, m, l, alpha);
+      fence_registers(sc);
+      fence_registers(alpha);
+    };
+    auto tile_scores = [&](int s, int i, int j0, auto masked) {
       wait_tile(s, i, j0, decltype(masked)::value);
-      float sc[Bc / 8][4], alpha[2];
       turns.acquire();
       wgmma_fence();
       issue_scores<T, D, Bc>(sc, q_addr, k_addr + 2 * s * tile);
       wgmma_commit();
-      if (last >= 0) issue_pv<T, D, Bc>(acc, p, v_addr + 2 * last * tile);
-      wgmma_commit();   // (an empty group on the first tile)
+    };
+    auto first = [&](auto masked) {
+      tile_scores(0, 0, kv_begin, masked);
+      turns.release();
+      wgmma_wait<0>();
+      softmax(kv_begin, masked);
+      rescale_rows<D / 8>(acc, alpha);
+      pack_p<T, Bc>(sc, p);
+    };
+    if (kv_begin >= kv_end) return;
+    if (kv_begin >= u_begin && kv_begin < u_end) first(std::false_type{});
+    else first(std::true_type{});
+    for_each_tile<Bc>(kv_begin + Bc, kv_end, u_begin, u_end, [&](int j0, int n,
+                                                                  auto masked) {
+      const int i = n + 1, s = i % Stages;
+      tile_scores(s, i, j0, masked);
+      issue_pv<T, D, Bc>(acc, p, v_addr + 2 * last * tile);
+      wgmma_commit();
       turns.release();
       wgmma_wait<1>();   // S has landed; P V may still run
-      scale_and_mask<Bc / 8, true>(sc, !decltype(masked)::value, mask, b, h,
-                                   rows + 16 * warp, j0, Sq, Sk, scale, lane);
-      softmax_deferred<Bc / 8>(sc, m, l, alpha);
+      softmax(j0, masked);
       wgmma_wait<0>();   // P V of the tile before has landed: its buffer is free
-      if (last >= 0) mbarrier_arrive(&empty[last]);
+      fence_registers(acc);
+      mbarrier_arrive(&empty[last]);
       rescale_rows<D / 8>(acc, alpha);
       pack_p<T, Bc>(sc, p);
       last = s;
     });
-    if (last >= 0) {   // the last tile's P V
-      turns.acquire();
-      wgmma_fence();
-      issue_pv<T, D, Bc>(acc, p, v_addr + 2 * last * tile);
-      wgmma_commit();
-      turns.release();
-      wgmma_wait<0>();
-      mbarrier_arrive(&empty[last]);
-    }
+    turns.acquire();   // the last tile's P V
+    wgmma_fence();
+    issue_pv<T, D, Bc>(acc, p, v_addr + 2 * last * tile);
+    wgmma_commit();
+    turns.release();
+    wgmma_wait<0>();
+    fence_registers(acc);
+    mbarrier_arrive(&empty[last]);
   };
   auto run = [&](const auto& turns) {
     if constexpr (Step == 5) consume_pipelined(turns);

@@ -36,6 +36,19 @@ __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
+// Registers that a wgmma reads or writes behind the compiler's back, fenced: no
+// computation of them moves across this point (CUTLASS's warpgroup_fence_operand).
+// After a wait, their uses stay after it; before one, their computation stays before.
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&x)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(x[i])::"memory");
+}
+template <int N, int M>
+__device__ __forceinline__ void fence_registers(float (&x)[N][M]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) fence_registers(x[i]);
+}
 template <int Pending>
 __device__ __forceinline__ void wgmma_wait() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -29,7 +29,7 @@ __all__ = ["LoopMix", "find_nvdisasm", "hot_loops", "fma_loops", "sass_report",
            "fma_report"]
 
 _TENSOR = ("HMMA", "HGMMA")
-_READER = 2   # the reading's version, in the cached reports' folder names
+_READER = 3   # the reading's version, in the cached reports' folder names
 _FMA = ("FFMA",)
 
 
@@ -42,6 +42,9 @@ class LoopMix:
     hmma: int
     other: int
     opcodes: dict
+    # instructions between waiting for all but the newest wgmma group (WARPGROUP.DEPBAR
+    # .LE gsb0, 0x1) and waiting for all (0x0): what runs beside the newest group
+    beside_last_group: int = 0
 
     def count(self, opcode: str) -> int:
         return self.opcodes.get(opcode, 0)
@@ -156,10 +159,22 @@ def _loops(sass: str, work: tuple, min_work: int) -> dict:
                 continue
             other = sum(ops.values()) - sum(ops[o] for o in work) - ops["NOP"]
             if best is None or other * best.hmma < best.other * hmma:
-                best = LoopMix(hmma, other, dict(ops))
+                best = LoopMix(hmma, other, dict(ops), _beside_last_group(body))
         if best is not None:
             loops[name] = best
     return loops
+
+
+def _beside_last_group(body: list) -> int:
+    """The instructions (NOPs aside) between a loop's first wait for all but the
+    newest wgmma group and its next wait for all of them; 0 where it has no such
+    pair."""
+    waits = [n for n, t in enumerate(body) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in t]
+    for n in waits[:1]:
+        for k in range(n + 1, len(body)):
+            if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in body[k]:
+                return sum(_opcode(t) != "NOP" for t in body[n + 1:k])
+    return 0
 
 
 def _sass(nvcc: str, cuda: str, arch: str, loops=hot_loops) -> dict:
