@@ -149,6 +149,11 @@ def test_half_and_bfloat16_round_like_torch(ext):
                    torch.randn(500, generator=g) * 1e-5,
                    torch.tensor([65504.0, 65520.0, 1e6, -0.0, 5.96e-8, 3.0e-8, math.inf,
                                  -math.inf])])
+    # every half and each midpoint between neighbours (a tie: rounds to the even one)
+    every = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(
+        torch.float16).float()
+    every = every[every.isfinite()].sort().values
+    x = torch.cat([x, every, (every[1:] + every[:-1]) / 2])
     n = x.numel()
     out = torch.zeros(n * 4)
     run(ext, "sixteen_bit", [x, out], grid=(n + 127) // 128, block=128, args=[n])

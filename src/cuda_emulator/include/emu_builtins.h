@@ -15,6 +15,9 @@
 #include <type_traits>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
 
 #include "emu_runtime.h"
 #include "emu_hooks.h"
@@ -627,6 +630,20 @@ template <class T> inline float to_float(uint16_t bits) {
   t.__x = bits;
   return float(t);
 }
+// Both elements of a packed register, element 0 first (one F16C instruction for a pair
+// of halves where the host has it: the same values)
+template <class T> inline void to_float2(uint32_t reg, float* out) {
+#ifdef __F16C__
+  if constexpr (std::is_same_v<T, __half>) {
+    float four[4];
+    _mm_storeu_ps(four, _mm_cvtph_ps(_mm_cvtsi32_si128(int(reg))));
+    std::memcpy(out, four, 2 * sizeof(float));
+    return;
+  }
+#endif
+  out[0] = to_float<T>(half_of(reg, 0));
+  out[1] = to_float<T>(half_of(reg, 1));
+}
 
 // mma.sync.aligned.m16n8k{K}.row.col.f32.{T}.{T}.f32: D(16x8) = A(16xK) B(Kx8) + C.
 // groupID g = lane / 4, t = lane % 4. A: register r holds row g + 8*(r%2), columns
@@ -642,23 +659,41 @@ void mma_all(void* const* data, uint32_t) {
     auto* m = static_cast<MmaLane<T, K>*>(data[lane]);
     int g = lane / 4, t = lane % 4;
     for (int r = 0; r < K / 4; ++r)
-      for (int i = 0; i < 2; ++i)
-        A[g + 8 * (r % 2)][2 * t + 8 * (r / 2) + i] = to_float<T>(half_of(m->a[r], i));
-    for (int r = 0; r < K / 8; ++r)
-      for (int i = 0; i < 2; ++i)
-        B[2 * t + 8 * r + i][g] = to_float<T>(half_of(m->b[r], i));
-    for (int i = 0; i < 4; ++i) D[g + 8 * (i / 2)][2 * t + i % 2] = m->c[i];
-  }
-  for (int row = 0; row < 16; ++row)
-    for (int col = 0; col < 8; ++col) {
-      float acc = D[row][col];
-      for (int k = 0; k < K; ++k) acc += A[row][k] * B[k][col];
-      D[row][col] = acc;
+      to_float2<T>(m->a[r], &A[g + 8 * (r % 2)][2 * t + 8 * (r / 2)]);
+    for (int r = 0; r < K / 8; ++r) {
+      float pair[2];
+      to_float2<T>(m->b[r], pair);
+      B[2 * t + 8 * r][g] = pair[0];
+      B[2 * t + 8 * r + 1][g] = pair[1];
     }
+    for (int i = 0; i < 2; ++i) std::memcpy(&D[g + 8 * i][2 * t], m->c + 2 * i, 8);
+  }
+  // Each D[row][col] adds its K products in k's order. A row of D is one vector of
+  // eight floats and four rows advance together: independent sums the host runs side
+  // by side, each in the same order as one at a time.
+  typedef float Row __attribute__((vector_size(32)));
+  for (int row = 0; row < 16; row += 4) {
+    Row d0, d1, d2, d3, b;
+    std::memcpy(&d0, D[row], sizeof b);
+    std::memcpy(&d1, D[row + 1], sizeof b);
+    std::memcpy(&d2, D[row + 2], sizeof b);
+    std::memcpy(&d3, D[row + 3], sizeof b);
+    for (int k = 0; k < K; ++k) {
+      std::memcpy(&b, B[k], sizeof b);
+      d0 += A[row][k] * b;
+      d1 += A[row + 1][k] * b;
+      d2 += A[row + 2][k] * b;
+      d3 += A[row + 3][k] * b;
+    }
+    std::memcpy(D[row], &d0, sizeof b);
+    std::memcpy(D[row + 1], &d1, sizeof b);
+    std::memcpy(D[row + 2], &d2, sizeof b);
+    std::memcpy(D[row + 3], &d3, sizeof b);
+  }
   for (int lane = 0; lane < kWarp; ++lane) {
     auto* m = static_cast<MmaLane<T, K>*>(data[lane]);
     int g = lane / 4, t = lane % 4;
-    for (int i = 0; i < 4; ++i) m->d[i] = D[g + 8 * (i / 2)][2 * t + i % 2];
+    for (int i = 0; i < 2; ++i) std::memcpy(m->d + 2 * i, &D[g + 8 * i][2 * t], 8);
   }
 }
 
