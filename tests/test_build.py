@@ -345,6 +345,31 @@ def test_the_emulator_needs_the_header_nvcc_needs():
     ab.compile("reduce_header", with_header, "", [], backend="emulator")
 
 
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc (CUDA toolkit) not installed")
+def test_two_processes_wanting_one_report_compile_it_once(tmp_path, monkeypatch):
+    """Test workers and notebooks ask for the same kernel file's report at once: the
+    second waits for the first's compile (a lock per report) instead of compiling
+    again."""
+    import threading
+    from attnbook.toolchain import ptxas
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    made = []
+
+    def make(nvcc, cuda, arch):
+        made.append(arch)
+        time.sleep(0.5)
+        return {"k": arch}
+
+    got = []
+    workers = [threading.Thread(target=lambda: got.append(ptxas.cached_report(
+        "locked_reports", "__global__ void k() {}", "sm_80", make))) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert made == ["sm_80"] and got == [{"k": "sm_80"}] * 2
+
+
 def test_ptxas_report_has_the_numbers_a_chapter_shows():
     if find_nvcc() is None:
         pytest.skip("nvcc (CUDA toolkit) not installed")

@@ -2,6 +2,7 @@
 kernel, from an nvcc compile that needs no GPU."""
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -52,10 +53,17 @@ def cached_report(kind: str, cuda: str, arch: str, make) -> dict:
     cached = build_directory(kind) / f"{_key(nvcc, cuda, arch)}.json"
     if cached.is_file():
         return json.loads(cached.read_text())
-    report = make(nvcc, cuda, arch)
-    partial = cached.with_suffix(f".{os.getpid()}")   # readers see all of it or none
-    partial.write_text(json.dumps(report))
-    os.replace(partial, cached)
+    # one compile per key: a second process (a test worker, a notebook) that wants the
+    # same report waits for it instead of compiling it again; the system drops the lock
+    # with a killed process
+    with open(cached.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cached.is_file():
+            return json.loads(cached.read_text())
+        report = make(nvcc, cuda, arch)
+        partial = cached.with_suffix(f".{os.getpid()}")   # readers see all or none
+        partial.write_text(json.dumps(report))
+        os.replace(partial, cached)
     return report
 
 
