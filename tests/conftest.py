@@ -58,6 +58,10 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: the test's device argument is a GPU")
     config.addinivalue_line("markers", "gpu: a check that needs a GPU by nature "
                             "(timing, the caching allocator); skipped without one")
+    config.addinivalue_line("markers", "stack_independent: its outcome is the kernel's "
+                            "and the emulator's alone (grids past CUDA's limits, the "
+                            "sanitizers, a ring's wrap), whatever the Python stack: "
+                            "CI's colab job leaves it to the main job")
 
 
 def pytest_generate_tests(metafunc):

@@ -126,6 +126,7 @@ def test_same_bits_in_every_thread_order(dtype, step, device):
     ((1, 4, 2, 70, 67, 64), dict(is_causal=True)),
     ((2, 2, 1, 40, 45, 128), dict(window=9, key_lengths=torch.tensor([45, 7]))),
 ])
+@pytest.mark.stack_independent
 def test_clean_under_the_sanitizers(shape, opts, step):
     """memcheck and racecheck on the emulator, GQA and masks, off every tile, two
     tiles or more each way (a missing barrier between tiles is a race)."""

@@ -46,6 +46,7 @@ def test_thread_orders(step, order, device):
         check_close(out, q, k, v, mask)
 
 
+@pytest.mark.stack_independent
 @pytest.mark.parametrize("step", STEPS)
 def test_sanitizer_clean(step, device):
     if device != "cpu":
@@ -56,6 +57,7 @@ def test_sanitizer_clean(step, device):
     check_close(out, q, k, v, torch.ones(70, 130, dtype=torch.bool).tril(60))
 
 
+@pytest.mark.stack_independent
 @pytest.mark.parametrize("step", [3, 4, 5])
 def test_the_ring_wraps_its_parities(step, device):
     """More key tiles than two rounds of the ring (two buffers for steps 3-4, three

@@ -250,6 +250,7 @@ def test_the_wrapper_refuses_misaligned_rows(device):
         module.forward(odd, odd, odd, none, none, [0, 0, 0], 0.125, 5, 64, 64)
 
 
+@pytest.mark.stack_independent
 def test_more_than_65535_batch_heads(device):
     q = torch.randn(65537, 1, 1, 64).half().to(device)
     # 65,537 blocks: about a minute on the emulator, more on busy cores

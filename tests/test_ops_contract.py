@@ -250,6 +250,7 @@ def test_mask_keywords_are_checked_by_name(device):
 
 
 # ---- sizes past CUDA's grid limits, and empty ones -----------------------------------
+@pytest.mark.stack_independent
 @pytest.mark.parametrize("impl", IMPLS)
 def test_more_than_65535_batch_heads(impl, device):
     # B·H = 65537 (grid.y / grid.z limit)
@@ -259,6 +260,7 @@ def test_more_than_65535_batch_heads(impl, device):
         same(ab.attention(q, q, q, impl=impl), sdpa_math(q, q, q))
 
 
+@pytest.mark.stack_independent
 def test_more_than_a_million_query_rows_naive(device):
     q, k = (randn(1, 1, 2**20 + 17, 1, device=device, seed=1),
             randn(1, 1, 1, 1, device=device, seed=2))
@@ -266,6 +268,7 @@ def test_more_than_a_million_query_rows_naive(device):
     assert torch.equal(out, k.expand_as(out))
 
 
+@pytest.mark.stack_independent
 def test_gemm_batch_over_65535(device):
     a, b = (randn(65537, 2, 3, device=device, seed=1),
             randn(65537, 3, 2, device=device, seed=2))

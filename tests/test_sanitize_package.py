@@ -13,6 +13,7 @@ from attnbook.gpu.launches import LAUNCHES, main
 from attnbook.ops.registry import EXTENSIONS, Extension
 from cuda_emulator import ORDERS
 
+pytestmark = pytest.mark.stack_independent
 
 @pytest.mark.parametrize("name", list(LAUNCHES))
 def test_package_kernel_is_clean_in_every_order(name):
