@@ -40,10 +40,15 @@ static bool encode_map(CUtensorMap* map, const void* base, bool bf16, const Layo
   static void* encode = nullptr;
   if (!encode) {
     cudaDriverEntryPointQueryResult found;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &encode, 12000,
-                                         cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      return false;
+#if defined(CUDART_VERSION) && CUDART_VERSION < 12050
+    // a toolkit before 12.5 has no ...ByVersion: the driver's default version
+    const cudaError_t asked = cudaGetDriverEntryPoint(
+        "cuTensorMapEncodeTiled", &encode, cudaEnableDefault, &found);
+#else
+    const cudaError_t asked = cudaGetDriverEntryPointByVersion(
+        "cuTensorMapEncodeTiled", &encode, 12000, cudaEnableDefault, &found);
+#endif
+    if (asked != cudaSuccess || found != cudaDriverEntryPointSuccess) return false;
   }
   const cuuint64_t s = S > 1 ? 2 * l.s : 2 * D, h = H > 1 ? 2 * l.h : s * S,
                    b = B > 1 ? 2 * l.b : h * H;
