@@ -509,6 +509,28 @@ struct SharedMatrix {
       return reinterpret_cast<const void*>(object.host + (a - object.low));
     return from_descriptor(line, a, "wgmma.mma_async");
   }
+  // `count` elements from (mn, k) along the matrix's contiguous direction (k where
+  // K-major, mn where MN-major) as floats: within a core matrix's 16-byte row, which
+  // the swizzle moves whole, they are consecutive. `count` divides 8 and the first
+  // index (k or mn) is a multiple of it.
+  void read(uint32_t mn, uint32_t k, bool bf16, int count, float* out) const {
+    const uint32_t a = m.address(mn, k, mn_major);
+    if (a - object.low + 2 * count > object.bytes) {   // another object: one by one
+      for (int i = 0; i < count; ++i)
+        out[i] = element16(bf16, mn_major ? at(mn + i, k) : at(mn, k + i));
+      return;
+    }
+    const auto* bits = reinterpret_cast<const uint16_t*>(object.host + (a - object.low));
+    if (bf16) {
+      for (int i = 0; i < count; ++i) out[i] = to_float<__nv_bfloat16>(bits[i]);
+      return;
+    }
+    for (int i = 0; i < count; i += 2) {
+      uint32_t pair;
+      std::memcpy(&pair, bits + i, 4);
+      to_float2<__half>(pair, out + i);
+    }
+  }
 };
 
 // This thread's rows (2) and columns (n / 4) of the product, computed into op.acc.
@@ -520,26 +542,42 @@ inline void compute(WgmmaOp& op) {
   if (op.a_in_smem) {
     const SharedMatrix m(op.line, op.a_desc, op.a_mn_major);
     for (int r = 0; r < 2; ++r)
-      for (uint32_t k = 0; k < 16; ++k)
-        a[r][k] = op.neg_a * element16(op.bf16, m.at(rows[r], k));
+      if (op.a_mn_major)
+        for (uint32_t k = 0; k < 16; ++k)
+          a[r][k] = element16(op.bf16, m.at(rows[r], k));
+      else
+        for (uint32_t k = 0; k < 16; k += 8) m.read(rows[r], k, op.bf16, 8, a[r] + k);
   } else {
-    for (int r = 0; r < 2; ++r)
-      for (int k = 0; k < 16; ++k) a[r][k] = op.neg_a * op.a[r][k];
+    std::memcpy(a, op.a, sizeof a);
   }
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < 16; ++k) a[r][k] *= op.neg_a;
+  // This thread's two columns 8j + 2(l % 4) + {0, 1} of B, for each j
   const SharedMatrix b_matrix(op.line, op.b_desc, op.b_mn_major);
-  for (int j = 0; j < op.n / 8; ++j)
-    for (int c = 0; c < 2; ++c) {
-      const uint32_t col = uint32_t(8 * j + 2 * (l % 4) + c);
-      float b[16];
-      for (uint32_t k = 0; k < 16; ++k)
-        b[k] = op.neg_b * element16(op.bf16, b_matrix.at(col, k));
+  for (int j = 0; j < op.n / 8; ++j) {
+    const uint32_t col = uint32_t(8 * j + 2 * (l % 4));
+    float b[2][16];
+    if (op.b_mn_major) {
+      for (uint32_t k = 0; k < 16; ++k) {
+        float pair[2];
+        b_matrix.read(col, k, op.bf16, 2, pair);
+        b[0][k] = pair[0], b[1][k] = pair[1];
+      }
+    } else {
+      for (uint32_t c = 0; c < 2; ++c)
+        for (uint32_t k = 0; k < 16; k += 8)
+          b_matrix.read(col + c, k, op.bf16, 8, b[c] + k);
+    }
+    for (int c = 0; c < 2; ++c)
+      for (int k = 0; k < 16; ++k) b[c][k] *= op.neg_b;
+    for (int c = 0; c < 2; ++c)
       for (int r = 0; r < 2; ++r) {
         float& acc = op.acc[size_t(4 * j + 2 * r + c)];
         float sum = op.scale_d ? acc : 0.f;
-        for (int k = 0; k < 16; ++k) sum += a[r][k] * b[k];
+        for (int k = 0; k < 16; ++k) sum += a[r][k] * b[c][k];
         acc = sum;
       }
-    }
+  }
   op.landed = true;
 }
 
@@ -579,9 +617,8 @@ inline void gather_a(const uint32_t* regs, float (*rows)[16], bool bf16, int lin
   });
 }
 
-// The latest pending wgmma of this thread whose accumulator i is at `d`.
-inline WgmmaOp* last_writer(const void* d, size_t i) {
-  WgmmaThread& t = wgmma_thread();
+// The latest pending wgmma of thread `t` whose accumulator i is at `d`.
+inline WgmmaOp* last_writer(WgmmaThread& t, const void* d, size_t i) {
   auto in = [&](std::vector<WgmmaOp>& ops) -> WgmmaOp* {
     for (auto op = ops.rbegin(); op != ops.rend(); ++op)
       if (i < op->d.size() && op->d[i] == d) return &*op;
@@ -627,10 +664,11 @@ inline void wgmma_issue(int line, int n, bool bf16, void* const* d,
   op.d.assign(d, d + n / 2);
   op.acc.resize(size_t(n / 2));
   const float nan = std::numeric_limits<float>::quiet_NaN();
+  WgmmaThread& mine = wgmma_thread();
   for (int i = 0; i < n / 2; ++i) {
     // An accumulator a pending wgmma writes is that one's result (the ISA orders the
     // accumulator accesses of wgmmas of one shape); any other, the register's value.
-    if (WgmmaOp* last = last_writer(d[i], size_t(i))) {
+    if (WgmmaOp* last = last_writer(mine, d[i], size_t(i))) {
       if (!last->landed) compute(*last);
       op.acc[size_t(i)] = last->acc[size_t(i)];
       continue;
@@ -640,7 +678,7 @@ inline void wgmma_issue(int line, int n, bool bf16, void* const* d,
   }
   if (lands_now()) compute(op);
   on_wgmma_issued(r, d, n / 2, line);
-  wgmma_thread().ops.open.push_back(std::move(op));
+  mine.ops.open.push_back(std::move(op));
 }
 inline void wgmma_fence() {
   EmulatorCode guard(rt());
