@@ -60,7 +60,8 @@ def pytest_configure(config):
                             "(timing, the caching allocator); skipped without one")
     config.addinivalue_line("markers", "stack_independent: its outcome is the kernel's "
                             "and the emulator's alone (grids past CUDA's limits, the "
-                            "sanitizers, a ring's wrap), whatever the Python stack: "
+                            "sanitizers, a ring's wrap, the context switch), whatever "
+                            "the Python stack: "
                             "CI's colab job leaves it to the main job")
 
 

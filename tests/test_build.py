@@ -230,6 +230,7 @@ def test_compile_shows_the_line_for_a_build_that_is_not_cached(monkeypatch):
 
 
 # ---- the portable context switch gives the same answers ------------------------------
+@pytest.mark.stack_independent
 def test_ucontext_fallback_beside_the_assembly_switch():
     """Two extensions with differently built emulators live in one process, each with
     its own emulator state."""

@@ -272,6 +272,7 @@ def test_step_2s_slots_change_only_the_order_of_dqs_sums(dtype, device):
         torch.testing.assert_close(run[0], runs[0][0], rtol=0, atol=4e-3)
 
 
+@pytest.mark.stack_independent
 def test_step_2_with_fewer_slots_than_key_blocks_is_race_free_and_ordered():
     """One block over three key blocks: its K, V and tile buffers are reused across
     key blocks (a missing barrier there is a race), and its dQ slot is read and
