@@ -520,7 +520,8 @@ struct SharedMatrix {
         out[i] = element16(bf16, mn_major ? at(mn + i, k) : at(mn, k + i));
       return;
     }
-    const auto* bits = reinterpret_cast<const uint16_t*>(object.host + (a - object.low));
+    const auto* bits =
+        reinterpret_cast<const uint16_t*>(object.host + (a - object.low));
     if (bf16) {
       for (int i = 0; i < count; ++i) out[i] = to_float<__nv_bfloat16>(bits[i]);
       return;
