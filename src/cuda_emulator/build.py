@@ -14,6 +14,7 @@ functions (:meth:`Build.functions`), an extension's module or library
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import pathlib
@@ -54,6 +55,7 @@ FRAME_SLACK = 32
 FRAME_LIMIT = f"-Werror=frame-larger-than={MAX_LOCAL_BYTES + FRAME_SLACK}"
 
 
+@functools.cache
 def _cpu_flags() -> str:
     """The flags line of /proc/cpuinfo ("" where there is none)."""
     try:

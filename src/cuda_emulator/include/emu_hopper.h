@@ -520,16 +520,11 @@ struct SharedMatrix {
         out[i] = element16(bf16, mn_major ? at(mn + i, k) : at(mn, k + i));
       return;
     }
-    const auto* bits =
-        reinterpret_cast<const uint16_t*>(object.host + (a - object.low));
-    if (bf16) {
-      for (int i = 0; i < count; ++i) out[i] = to_float<__nv_bfloat16>(bits[i]);
-      return;
-    }
+    const char* bytes = reinterpret_cast<const char*>(object.host + (a - object.low));
     for (int i = 0; i < count; i += 2) {
       uint32_t pair;
-      std::memcpy(&pair, bits + i, 4);
-      to_float2<__half>(pair, out + i);
+      std::memcpy(&pair, bytes + 2 * i, 4);
+      bf16 ? to_float2<__nv_bfloat16>(pair, out + i) : to_float2<__half>(pair, out + i);
     }
   }
 };
