@@ -165,6 +165,39 @@ def test_no_control_character_in_the_text(nb):
     assert not bad, f"control characters in the markdown: {bad}"
 
 
+def unset_display_math(text):
+    """The $$ blocks of a markdown text that touch a line of prose: MyST typesets a
+    display only as a block of its own, so "... so\\n$$x$$" prints its source inline,
+    the spaces lost (chapters 8 and 12 did)."""
+    lines, bad, k = text.split("\n"), [], 0
+    while k < len(lines):
+        if lines[k].strip().startswith("$$"):
+            first, s = k, lines[k].strip()
+            if not (len(s) > 4 and s.endswith("$$")):   # not a one-line block
+                k += 1
+                while k < len(lines) and not lines[k].strip().endswith("$$"):
+                    k += 1
+            if (first and lines[first - 1].strip()) or \
+                    (k + 1 < len(lines) and lines[k + 1].strip()):
+                bad.append(lines[first].strip()[:40])
+        k += 1
+    return bad
+
+
+def test_unset_display_math_sees_both_sides():
+    assert unset_display_math("so\n$$x$$\n\nand") == ["$$x$$"]
+    assert unset_display_math("so\n\n$$\nx\n$$\nand") == ["$$"]
+    assert not unset_display_math("so\n\n$$\nx\n$$\n\nand\n\n$$y$$")
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_display_math_stands_as_a_block(nb):
+    cells = json.loads(nb.read_text())["cells"]
+    bad = [b for c in cells if c["cell_type"] == "markdown"
+           for b in unset_display_math("".join(c["source"]))]
+    assert not bad, f"$$ blocks without a blank line around them: {bad}"
+
+
 def referenced_chapters(text):
     """Chapter numbers and appendix letters a text refers to ("chapter 7", "chapters
     2–5", "chapters 4 and 7", "appendix A")."""
