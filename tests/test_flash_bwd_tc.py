@@ -272,6 +272,19 @@ def test_step_2s_slots_change_only_the_order_of_dqs_sums(dtype, device):
         torch.testing.assert_close(run[0], runs[0][0], rtol=0, atol=4e-3)
 
 
+def test_step_2s_default_slots_are_the_fewest_that_finish_first():
+    """A block of step 2 fills an SM, so s slots of B·Hkv heads run in
+    ceil(s·B·Hkv / SMs) waves of ceil(key blocks / s) key blocks each. At 36 heads and
+    4 key blocks on the emulator's 108 SMs, 2, 3 and 4 slots all take 2 such rounds:
+    the op makes 2, the fewest (one block per SM, rounded up, would make 3). Its slots
+    are the only memory that grows with their number: the peak says how many."""
+    q, k, v = leaves((1, 36, 36, 16, 512, 64), torch.float16, "cpu", seed=16)
+    do = upstream(q, seed=17)
+    peak = {s: ab.peak_memory(lambda: step2_grads(q, k, v, do, s), "cpu")[0]
+            for s in (0, 2, 3)}
+    assert peak[0] == peak[2] < peak[3]
+
+
 @pytest.mark.stack_independent
 def test_step_2_with_fewer_slots_than_key_blocks_is_race_free_and_ordered():
     """One block over three key blocks: its K, V and tile buffers are reused across

@@ -27,8 +27,12 @@ static bool tensor_cores_for() {
 // block refuses.
 constexpr int kFa2Warps = 8, kFa2Br = 64, kFa2Bc = 16 * kFa2Warps;
 
-// Step 2's dQ slots: one per key block up to a grid of one block per SM (slots·B·Hkv
-// blocks) and at most 512 MiB of them, or `slots` if positive (a test, a sweep).
+// Step 2's dQ slots, `slots` if positive (a test, a sweep), else the fewest that finish
+// the grid first. A block fills an SM (255 registers x 256 threads), so s slots run in
+// ceil(s·B·Hkv / SMs) waves, each block visiting ceil(key blocks / s) key blocks: the
+// time is their product. One block per SM rounded up would leave a tail: at B·Hkv = 32
+// on 132 SMs, 5 slots make 160 blocks, a second wave of 28 behind the first, where 4
+// slots finish in one wave of 8 key blocks each. At most 512 MiB of slots.
 size_t flash_bwd_tc_workspace(int step, int* slots, int B, int H, int Hkv, int Sq,
                               int Sk, int D) {
   if (step != 2 || Sq == 0 || Sk == 0) return *slots = 0;
@@ -39,8 +43,13 @@ size_t flash_bwd_tc_workspace(int step, int* slots, int B, int H, int Hkv, int S
     int device = 0, sms = 1;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    n = std::max(1ll, std::min((sms + heads - 1) / heads,
-                               (512ll << 20) / (4 * (long long)per_slot)));
+    const long long most = std::max(1ll, std::min(
+        key_blocks, (512ll << 20) / (4 * (long long)per_slot)));
+    long long best = 0;
+    for (long long s = 1; s <= most; ++s) {
+      const long long time = (s * heads + sms - 1) / sms * ((key_blocks + s - 1) / s);
+      if (n <= 0 || time < best) n = s, best = time;
+    }
   }
   *slots = int(std::min(n, key_blocks));
   return *slots * per_slot;

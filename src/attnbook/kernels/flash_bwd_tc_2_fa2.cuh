@@ -21,8 +21,8 @@
 // heads, then query tiles), and each element of a tile belongs to one lane; a small
 // kernel then sums the slots in order 0, 1, … and writes dq = scale·Σ as T. The cost
 // is the slots' memory, slots·B·H·Sq·D floats, and their traffic: FlashAttention-2's
-// deterministic mode pays the same. `slots` is chosen so that the grid fills the GPU
-// once (bwd_tc_dq_slots).
+// deterministic mode pays the same. `slots` is the fewest that finish the grid first
+// (flash_bwd_tc_workspace).
 //
 // Issue: K and V fragments come from shared memory once per k-step and feed Br/8 mma
 // each; Q and dO fragments feed 2. Addresses are registers set before the loop plus
