@@ -180,16 +180,17 @@ def flash_schedule(ax=None):
         _box(ax, 7 + 2 * j, 2, 2, 2, colors[1], alpha=0.12 + 0.1 * j)
     ax.annotate("", xy=(7 + 2 * tiles_k, 3), xytext=(7, 3),
                 arrowprops=dict(arrowstyle="->"))
-    ax.text(7 + tiles_k, 8.6, "block 1 visits every K, V tile in turn and updates\n"
-            "its rows' online softmax after each: S and P never leave the chip",
-            fontsize=8, ha="center", va="top")
+    ax.text(7 + tiles_k, 8.6, "block 1 visits every $K, V$ tile in turn and updates\n"
+            "its rows' online softmax after each: $S$ and $P$ never leave the chip",
+            fontsize=9, ha="center", va="top")
     x = 9 + 2 * tiles_k
-    ax.text(x, -1.8, "shared memory: the current K_j and V_j\n(B_c × d floats each), "
-            "read by all B_r threads", fontsize=8, va="center")
-    ax.text(x, 3, "registers, per thread (one query row):\nq and o (d floats each), "
-            "m, ℓ,\nand the row's B_c scores of the tile", fontsize=8, va="center")
-    ax.text(x, 7, "global memory: Q, K, V read; O and L written;\nno S_q × S_k buffer",
-            fontsize=8, va="center")
+    ax.text(x, -1.8, "shared memory: the current $K_j$ and $V_j$\n($B_c \\times d$ floats "
+            "each), read by all $B_r$ threads", fontsize=9, va="center")
+    ax.text(x, 3, "registers, per thread (one query row):\n$q$ and $o$ ($d$ floats each), "
+            "$m$, $\\ell$,\nand the row's $B_c$ scores of the tile", fontsize=9,
+            va="center")
+    ax.text(x, 7, "global memory: $Q, K, V$ read; $O$ and $L$ written;\nno "
+            "$S_q \\times S_k$ buffer", fontsize=9, va="center")
     _frame(ax, x + 17, 10, "the fused kernel: a block per query tile and (batch, head)",
            top=-3.5)
     return ax
@@ -306,21 +307,24 @@ def bank_groups(offsets, swizzled, ax=None):
     offsets of chunk starts ``offsets[row][chunk]``, unswizzled and ``swizzled``
     (rows of 64 or more elements). Chunk 0 of each row, the column one ldmatrix reads,
     is coloured."""
-    axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 3.6))[1]
+    axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 4.4))[1]
     for a, offs, title in ((axes[0], offsets, "row-major"),
                            (axes[1], swizzled, "swizzled: chunk c ^ (row % 8)")):
         hits = [0] * 8
         for r in range(8):
             for c, off in enumerate(offs[r][:8]):
                 group = 2 * off % 128 // 16
-                _box(a, group, r, 1, 1, ORANGE if c == 0 else GREY, f"r{r} c{c}",
-                     alpha=0.8 if c == 0 else 0.35, fontsize=6)
+                _box(a, group, r, 1, 1, ORANGE if c == 0 else GREY, f"c{c}",
+                     alpha=0.8 if c == 0 else 0.35, fontsize=9)
                 hits[group] += c == 0
         ways = max(hits)
         a.text(4, 8.7, f"chunk 0 of rows 0–7: {ways}-way bank conflict" if ways > 1
                else "chunk 0 of rows 0–7: 8 different bank groups, no conflict",
                ha="center", fontsize=8)
         _frame(a, 8, 9.2, f"{title} (x: bank group of 4 banks)")
+        for r in range(8):   # the rows, beside the tile: cell c<k> is chunk k of row r
+            a.text(-0.2, r + 0.5, f"row {r}", ha="right", va="center", fontsize=8)
+        a.set_xlim(-1.6, 8.5)
     return axes
 
 
@@ -331,10 +335,10 @@ def backward_schedule(tiles_q=4, tiles_k=5, ax=None):
     skipped."""
     axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 4))[1]
     colors = [BLUE, GREEN, ORANGE, "#8172b3", "#c44e52"]
-    titles = ("dK, dV: a block per key tile j, down its column;\n"
-              "dK_j, dV_j in registers, Q_i, dO_i, L_i, D_i streamed",
-              "dQ: a block per query tile i, along its row;\n"
-              "dQ_i in registers, K_j, V_j streamed")
+    titles = ("$dK, dV$: a block per key tile $j$, down its column;\n"
+              "$dK_j, dV_j$ in registers, $Q_i, dO_i, L_i, D_i$ streamed",
+              "$dQ$: a block per query tile $i$, along its row;\n"
+              "$dQ_i$ in registers, $K_j, V_j$ streamed")
     for a, by_key, title in ((axes[0], True, titles[0]), (axes[1], False, titles[1])):
         for i in range(tiles_q):
             for j in range(tiles_k):
@@ -342,14 +346,15 @@ def backward_schedule(tiles_q=4, tiles_k=5, ax=None):
                 owner = j if by_key else i
                 _box(a, j, i, 1, 1, GREY if skipped else colors[owner % len(colors)],
                      "" if skipped else f"{i},{j}", alpha=0.25 if skipped else 0.55)
-        for n in range(tiles_k if by_key else tiles_q):
-            start, end = ((n + 0.5, -0.3), (n + 0.5, tiles_q + 0.3)) if by_key else \
-                ((-0.3, n + 0.5), (tiles_k + 0.3, n + 0.5))
+        for n in range(tiles_k if by_key else tiles_q):   # along the tiles' edges
+            start, end = ((n + 0.15, -0.3), (n + 0.15, tiles_q + 0.3)) if by_key else \
+                ((-0.3, n + 0.15), (tiles_k + 0.3, n + 0.15))
             a.annotate("", xy=end, xytext=start,
                        arrowprops=dict(arrowstyle="->", color="black", alpha=0.5))
-        a.text(tiles_k / 2, tiles_q + 0.9, "rows: query tiles i, columns: key tiles j; "
-               "grey: masked, skipped", ha="center", fontsize=7)
-        _frame(a, tiles_k, tiles_q + 1.2, title, top=-0.8)
+        a.text(tiles_k / 2, tiles_q + 0.9, f"rows: {tiles_q} query tiles $i$, columns: "
+               f"{tiles_k} key tiles $j$\n($S_k > S_q$, causal, bottom-right); grey: "
+               "skipped", ha="center", va="top", fontsize=8)
+        _frame(a, tiles_k, tiles_q + 1.6, title, top=-0.8)
     return axes
 
 
@@ -387,23 +392,23 @@ def hopper_pipeline(tiles=4, ax=None):
     for j in range(tiles):
         t1 = j * (issue + work)   # step 1: copies issued by every thread, then math
         if j + 1 < tiles:
-            _box(ax, t1, 4.2, issue, 0.8, ORANGE, "cp", alpha=0.6, fontsize=7)
+            _box(ax, t1, 4.2, issue, 0.8, ORANGE, "cp", alpha=0.6, fontsize=8)
         _box(ax, t1 + issue * (j + 1 < tiles), 4.2, work, 0.8, BLUE,
-             f"tile {j}", alpha=0.5, fontsize=7)
+             f"tile {j}", alpha=0.5, fontsize=8)
         t2 = j * work             # step 2: the math runs back to back
         if j + 1 < tiles:
             _box(ax, t2, 2.1, 0.25, 0.8, ORANGE, alpha=0.8)
             ax.annotate("", xy=(t2 + work, 1.9), xytext=(t2 + 0.25, 2.5),
                         arrowprops=dict(arrowstyle="->", color=GREY))
             ax.text(t2 + 0.35, 2.5, f"K, V {j + 1} → buffer {(j + 1) % 2}",
-                    fontsize=6.5, va="center")
+                    fontsize=8, va="center")
         _box(ax, t2, 1.0, work, 0.8, BLUE,
              f"tile {j}: wait\nbar[{1 + j % 2}], parity {j // 2 % 2}", alpha=0.5,
-             fontsize=6.5)
+             fontsize=8)
     end = tiles * (issue + work)
     return _timeline(ax, (-5, end + 0.5), (-0.2, 5.6),
-                     "who copies and who waits: cp.async from every thread (step 1) "
-                     "and TMA on mbarriers (step 2)")
+                     "who copies and who waits: cp.async from every thread (step 1), "
+                     "TMA on mbarriers (step 2; Q's box first, on bar[0])")
 
 
 def warp_specialized(tiles=5, ax=None):
@@ -411,30 +416,29 @@ def warp_specialized(tiles=5, ax=None):
     fills a ring of two K/V buffers by TMA, refilling buffer s only once both consumer
     warpgroups have arrived on empty[s]; each consumer waits for full[s]'s phase, then
     computes the tile for its 64 query rows."""
-    ax = ax or plt.subplots(figsize=(10, 3.6))[1]
+    ax = ax or plt.subplots(figsize=(10, 4.2))[1]
     work, fill = 3.0, 0.45   # time units: one tile's math, issuing one tile's boxes
     rows = {"producer: thread 0\n(TMA)": 3.2, "consumer 0\n(rows 0-63)": 2.0,
             "consumer 1\n(rows 64-127)": 0.8}
     for label, y in rows.items():
-        ax.text(-0.3, y + 0.4, label, ha="right", va="center", fontsize=8)
+        ax.text(-0.3, y + 0.4, label, ha="right", va="center", fontsize=9)
     for i in range(tiles):
         s, start = i % 2, 2 * fill + i * work   # tile i's math, once it has landed
         # fills 0 and 1 at once; fill i >= 2 after both consumers release tile i - 2
         at = i * fill if i < 2 else start - work + 0.05
         _box(ax, at, 3.2, fill, 0.8, ORANGE, alpha=0.8)
-        if i != 1:
-            ax.text(at + fill * (1 + (i == 0)) / 2, 4.15,
-                    "K, V 0 → buffer 0\nK, V 1 → buffer 1" if i == 0 else
-                    f"K, V {i} → buffer {s}\nafter empty[{s}] parity {i // 2 - 1}",
-                    ha="center", fontsize=6.5)
+        if i != 1:   # the labels of alternate fills on two heights: no overlap
+            ax.text(at, 4.15 + 0.75 * (i % 2), "K, V 0 → buffer 0\nK, V 1 → buffer 1"
+                    if i == 0 else f"K, V {i} → buffer {s}, after\n"
+                    f"empty[{s}] parity {i // 2 - 1}", ha="left", fontsize=8)
         if i >= 2:
             ax.annotate("", xy=(at, 3.6), xytext=(at - 0.05, 2.8),
                         arrowprops=dict(arrowstyle="->", color="black", lw=0.6))
         for y in (2.0, 0.8):
             _box(ax, start, y, work - 0.1, 0.8, BLUE,
                  f"tile {i}: wait full[{s}]\nparity {i // 2 % 2}", alpha=0.5,
-                 fontsize=6.5)
-    return _timeline(ax, (-4.5, 2 * fill + tiles * work + 0.5), (0.5, 4.9),
+                 fontsize=8)
+    return _timeline(ax, (-4.5, 2 * fill + tiles * work + 0.5), (0.5, 5.6),
                      "warp specialization: the producer refills a buffer once both "
                      "consumers have released it (step 3)")
 

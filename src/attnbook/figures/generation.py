@@ -81,7 +81,7 @@ def plot_ttft_tbt(result, models=("HF GPT-2", "Decoder")):
         return None
     groups = sorted({(r["model"], r["B"]) for r in rows},
                     key=lambda g: (models.index(g[0]), g[1]))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    fig, axes = plt.subplots(2, 1, figsize=(9, 6.4))   # full width: room for the labels
     legend = {}
     for ax, metric, title in zip(axes, ("ttft_ms", "tbt_ms"),
                                  ("time to first token", "time between tokens")):
@@ -96,14 +96,19 @@ def plot_ttft_tbt(result, models=("HF GPT-2", "Decoder")):
                 legend.setdefault(name, bar)
                 ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(),
                         f"{r[metric] / base:.2f}×", ha="center", va="bottom",
-                        fontsize=7)
+                        fontsize=8)
         ax.set_xticks(range(len(groups)),
                       [f"{model}\nB = {b}" for model, b in groups], fontsize=9)
         ax.set_ylabel(f"{title} (ms)")
     axes[0].set_yscale("log")
-    fig.legend(legend.values(), legend.keys(), loc="center left",
-               bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    axes[0].yaxis.set_major_formatter(lambda y, _: f"{y:g}")
+    axes[0].yaxis.set_minor_formatter(lambda y, _: f"{y:g}"
+                                      if str(round(y))[0] in "25" else "")
+    for ax in axes:
+        ax.margins(y=0.12)   # room for the labels above the tallest bars
+    fig.legend(legend.values(), legend.keys(), loc="upper center", ncol=len(legend),
+               bbox_to_anchor=(0.5, 0.95), fontsize=9, frameon=False)
     fig.suptitle(f"{result.machine.get('gpu', '')}: each bar marked with its time over "
                  "SDPA's", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
     return fig

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.patches import Patch
 
 from ..reference import masks
 
@@ -52,7 +53,11 @@ def mask_panels(configs, columns: int = 3):
     fig, axes = panel_grid(len(configs), columns, 3, 3.6)
     for ax, (title, sq, sk, rules) in zip(axes, configs):
         draw_mask(ax, masks.allowed(sq, sk, **rules)[0, 0], title)
-    fig.tight_layout()
+    cmap = plt.get_cmap("Blues")
+    fig.legend(handles=[Patch(facecolor=cmap(1 / 1.3), label="attends"),
+                        Patch(facecolor=cmap(0.0), edgecolor="grey", label="masked")],
+               loc="upper center", ncol=2, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
     return fig
 
 
@@ -207,14 +212,22 @@ def plot_sass_calibration(anchors: dict, marks: dict, arch: str = "sm_80", ax=No
     y = [100 * k["published_fraction_of_fa2"] for k in rows]
     ax.scatter(x, y, s=18, color="C0", zorder=3,
                label=f"{anchors['source']['repository']} ({anchors['source']['gpu']})")
-    for k, xi, yi in zip(rows, x, y):
-        ax.annotate(k["name"].split()[-1], (xi, yi), textcoords="offset points",
-                    xytext=(4, -3), fontsize=7)
+    groups = []   # kernels within 0.15 instructions and 3 points: one label, "9–16"
+    for k, xi, yi in sorted(zip(rows, x, y), key=lambda t: int(t[0]["name"].split()[-1])):
+        near = next((g for g in groups if abs(g[1] - xi) < 0.15 and abs(g[2] - yi) < 3),
+                    None)
+        if near:
+            near[0].append(k["name"].split()[-1])
+        else:
+            groups.append([[k["name"].split()[-1]], xi, yi])
+    for names, xi, yi in groups:
+        ax.annotate(names[0] if len(names) == 1 else f"{names[0]}–{names[-1]}",
+                    (xi, yi), textcoords="offset points", xytext=(4, -3), fontsize=8)
     for i, (label, value) in enumerate(marks.items()):
         ax.axvline(value, color=f"C{i + 1}", linestyle="--", label=label)
     ax.set_xlim(min(x + list(marks.values())) - 0.2, max(x) + 0.2)
     ax.set_xlabel(f"other instructions per HMMA in the hot loop ({arch})")
     ax.set_ylabel("% of FlashAttention-2 (published)")
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
     ax.grid(alpha=0.3)
     return ax
