@@ -184,11 +184,12 @@ def flash_schedule(ax=None):
             "its rows' online softmax after each: $S$ and $P$ never leave the chip",
             fontsize=9, ha="center", va="top")
     x = 9 + 2 * tiles_k
-    ax.text(x, -1.8, "shared memory: the current $K_j$ and $V_j$\n($B_c \\times d$ floats "
-            "each), read by all $B_r$ threads", fontsize=9, va="center")
-    ax.text(x, 3, "registers, per thread (one query row):\n$q$ and $o$ ($d$ floats each), "
-            "$m$, $\\ell$,\nand the row's $B_c$ scores of the tile", fontsize=9,
+    ax.text(x, -1.8, "shared memory: the current $K_j$ and $V_j$\n"
+            "($B_c \\times d$ floats each), read by all $B_r$ threads", fontsize=9,
             va="center")
+    ax.text(x, 3, "registers, per thread (one query row):\n"
+            "$q$ and $o$ ($d$ floats each), $m$, $\\ell$,\n"
+            "and the row's $B_c$ scores of the tile", fontsize=9, va="center")
     ax.text(x, 7, "global memory: $Q, K, V$ read; $O$ and $L$ written;\nno "
             "$S_q \\times S_k$ buffer", fontsize=9, va="center")
     _frame(ax, x + 17, 10, "the fused kernel: a block per query tile and (batch, head)",

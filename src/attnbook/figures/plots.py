@@ -213,7 +213,8 @@ def plot_sass_calibration(anchors: dict, marks: dict, arch: str = "sm_80", ax=No
     ax.scatter(x, y, s=18, color="C0", zorder=3,
                label=f"{anchors['source']['repository']} ({anchors['source']['gpu']})")
     groups = []   # kernels within 0.15 instructions and 3 points: one label, "9–16"
-    for k, xi, yi in sorted(zip(rows, x, y), key=lambda t: int(t[0]["name"].split()[-1])):
+    number = lambda t: int(t[0]["name"].split()[-1])   # "kernel 12" -> 12
+    for k, xi, yi in sorted(zip(rows, x, y), key=number):
         near = next((g for g in groups if abs(g[1] - xi) < 0.15 and abs(g[2] - yi) < 3),
                     None)
         if near:
