@@ -50,7 +50,8 @@ from ..ops.softmax import softmax
 from ..toolchain import occupancy, profile, ptxas_report, wrap
 from ..toolchain.compile import kernel_source
 from ..toolchain.sass import find_nvdisasm, fma_report, sass_report
-from .harness import PEAKS, attention_bytes, attention_flops
+from .harness import (PEAKS, Table, attention_bytes, attention_flops,
+                      markdown_table)
 
 __all__ = ["Spec", "Card", "design_card", "SPECS", "card", "ARCHS", "DEVICES",
            "measures", "over_budget", "budgets", "budget_toml", "BUDGETS",
@@ -292,12 +293,28 @@ def summary(cards) -> str:
     return "\n".join(rows)
 
 
-def compact(cards, arch: str = "sm_80") -> str:
-    """A narrow text table of ``cards``, a row per kernel: ``arch``'s registers, spill
+class TextTable(str):
+    """A narrow text table, as printed (a terminal, in 88 columns), that a notebook
+    displays as a Markdown table of the same cells."""
+
+    def __new__(cls, header, rows, text: str):
+        table = super().__new__(cls, text)
+        table.markdown = markdown_table(header, rows)
+        return table
+
+    def _repr_markdown_(self):
+        return Table._repr_markdown_(self.markdown)
+
+    def __repr__(self):
+        return str(self)
+
+
+def compact(cards, arch: str = "sm_80") -> TextTable:
+    """A narrow table of ``cards``, a row per kernel: ``arch``'s registers, spill
     and stack bytes and occupancy, the kernel's sectors per global load request and
     its shared loads' wavefronts over the conflict-free count ("–": no shared load),
     and once per card, on its first line, the card's FMAs per shared load (what the
-    chapters print, in 88 columns). A card of several kernels takes a line of its own,
+    chapters show, in 88 columns). A card of several kernels takes a line of its own,
     its kernels' rows named without their common prefix."""
     lines = []   # (name, FMAs per shared load, kernel or None)
     for c in cards:
@@ -312,31 +329,49 @@ def compact(cards, arch: str = "sm_80") -> str:
         prefix = prefix[:prefix.rfind("_") + 1]
         lines += [("  " + n[len(prefix):].replace("_kernel", ""), "", k)
                   for n, k in zip(full, c.kernels)]
-    width = max(24, *(len(name) + 1 for name, _, k in lines if k is not None))
-    rows = [f"{arch:{width}s}{'regs':>5}{'spill+stack B':>14}{'occupancy':>10}"
-            f"{'FMAs/ld':>8}{'sectors/ld':>11}{'smem ways':>10}"]
+    header = [arch, "regs", "spill+stack B", "occupancy", "FMAs/ld", "sectors/ld",
+              "smem ways"]
+    cells = []
     for name, fmas, k in lines:
-        if k is None:   # a card's own line: its name may run into the empty columns
-            rows.append(f"{name:{width + 29}s}{fmas:>8}")
+        if k is None:   # a card's own line: its FMAs per shared load alone
+            cells.append([name, "", "", "", fmas, "", ""])
             continue
         st = k.static[arch]
         local = st["spill_stores"] + st["spill_loads"] + st["stack_bytes"]
         ways = k.memory["shared load"]["conflict_ways"]
-        rows.append(f"{name:{width}s}{st['registers']:5d}{local:14d}"
-                    f"{st['occupancy']:10.1%}{fmas:>8}"
-                    f"{k.memory['global load']['sectors_per_request']:11.1f}"
-                    + (f"{ways:10.1f}" if ways else f"{'–':>10}"))
-    return "\n".join(rows)
+        cells.append([name, f"{st['registers']:d}", f"{local:d}",
+                      f"{st['occupancy']:.1%}", fmas,
+                      f"{k.memory['global load']['sectors_per_request']:.1f}",
+                      f"{ways:.1f}" if ways else "–"])
+    width = max(24, *(len(row[0]) + 1 for row, (_, _, k) in zip(cells, lines)
+                      if k is not None))
+    widths = (5, 14, 10, 8, 11, 10)
+    text = [f"{arch:{width}s}" +
+            "".join(f"{h:>{w}}" for h, w in zip(header[1:], widths))]
+    for row, (_, _, k) in zip(cells, lines):
+        if k is None:   # its name may run into the empty columns
+            text.append(f"{row[0]:{width + 29}s}{row[4]:>8}")
+        else:
+            text.append(f"{row[0]:{width}s}" +
+                        "".join(f"{c:>{w}}" for c, w in zip(row[1:], widths)))
+    # in Markdown, a card's kernels as code under its line ("<true>" is no HTML tag)
+    shown = [[f"`{row[0].strip()}`" if row[0].startswith("  ") else row[0], *row[1:]]
+             for row in cells]
+    return TextTable(header, shown, "\n".join(text))
 
 
-def _loop_table(cards, arch, field, header, row) -> str:
+def _loop_table(cards, arch, field, columns) -> TextTable:
     """A row per kernel of ``cards`` with a loop in ``field`` (``sass`` or ``fma``) for
-    ``arch``: its card's name, then ``row(mix)`` under ``header``."""
+    ``arch``: its card's name, then a cell per (heading, width, figure of the loop) of
+    ``columns``."""
     named = [(c.spec.name, getattr(k, field)[arch]) for c in cards for k in c.kernels
              if arch in getattr(k, field)]
     width = max([24] + [len(name) + 1 for name, _ in named])
-    return "\n".join([f"{arch:{width}s}{header}"]
-                     + [f"{name:{width}s}{row(m)}" for name, m in named])
+    rows = [[name] + [text(m) for _, _, text in columns] for name, m in named]
+    lines = [f"{arch:{width}s}" + "".join(f"{h:>{w}}" for h, w, _ in columns)]
+    lines += [f"{row[0]:{width}s}" + "".join(f"{c:>{w}}" for c, (_, w, _) in
+                                             zip(row[1:], columns)) for row in rows]
+    return TextTable([arch] + [h for h, _, _ in columns], rows, "\n".join(lines))
 
 
 # The columns of hot_loops: heading -> (width, the figure of a LoopMix as text).
@@ -351,26 +386,26 @@ HOT_LOOP_COLUMNS = {
     "local": (6, lambda m: f"{m.local:d}")}
 
 
-def hot_loops(cards, arch: str = "sm_90", columns=tuple(HOT_LOOP_COLUMNS)) -> str:
-    """A narrow text table of the tensor-core kernels of ``cards``: their hot loop in
+def hot_loops(cards, arch: str = "sm_90",
+              columns=tuple(HOT_LOOP_COLUMNS)) -> TextTable:
+    """A narrow table of the tensor-core kernels of ``cards``: their hot loop in
     ``arch``'s SASS, a row per kernel (HMMA there, other instructions, ldmatrix and
     barriers per HMMA, MUFU, FMNMX and WARPSYNC counts, local-memory accesses; or the
     ``columns`` of :data:`HOT_LOOP_COLUMNS` named)."""
-    shown = [(name, *HOT_LOOP_COLUMNS[name]) for name in columns]
-    return _loop_table(
-        cards, arch, "sass", "".join(f"{name:>{w}}" for name, w, _ in shown),
-        lambda m: "".join(f"{text(m):>{w}}" for _, w, text in shown))
+    return _loop_table(cards, arch, "sass",
+                       [(name, *HOT_LOOP_COLUMNS[name]) for name in columns])
 
 
-def fma_loops(cards, arch: str = "sm_90") -> str:
-    """A narrow text table of the fp32 kernels of ``cards`` with an FFMA loop in
-    ``arch``'s SASS: its FFMAs, FFMAs per other instruction, shared loads per FFMA,
-    barriers and local-memory accesses."""
-    return _loop_table(
-        cards, arch, "fma", f"{'FFMA':>5}{'FFMA/other':>11}{'LDS/FFMA':>9}{'BAR':>4}"
-        f"{'local':>6}",
-        lambda m: f"{m.hmma:5d}{m.ffma_per_other:11.2f}{m.lds_per_ffma:9.3f}"
-                  f"{m.count('BAR'):4d}{m.local:6d}")
+def fma_loops(cards, arch: str = "sm_90") -> TextTable:
+    """A narrow table of the fp32 kernels of ``cards`` with an FFMA loop in ``arch``'s
+    SASS: its FFMAs, FFMAs per other instruction, shared loads per FFMA, barriers and
+    local-memory accesses."""
+    return _loop_table(cards, arch, "fma", [
+        ("FFMA", 5, lambda m: f"{m.hmma:d}"),
+        ("FFMA/other", 11, lambda m: f"{m.ffma_per_other:.2f}"),
+        ("LDS/FFMA", 9, lambda m: f"{m.lds_per_ffma:.3f}"),
+        ("BAR", 4, lambda m: f"{m.count('BAR'):d}"),
+        ("local", 6, lambda m: f"{m.local:d}")])
 
 
 # ---- the package's kernels, each at a shape the emulator runs in seconds ------------
