@@ -303,7 +303,8 @@ def test_the_package_and_its_tests_fit_88_columns():
 
 def test_code_a_reader_sees_fits_88_columns():
     """The book's text column is about 88 characters wide: notebook code, the kernel
-    files and every code block a notebook displays (show_kernel, show_source) fit it."""
+    files and every code block a notebook displays (show_kernel, show_source) fit it.
+    A displayed Markdown table is laid out by the page (test_book_html measures it)."""
     too_long = []
     kernels = ROOT / "src" / "attnbook" / "kernels"
     for path in sorted(kernels.iterdir()):
@@ -315,9 +316,9 @@ def test_code_a_reader_sees_fits_88_columns():
                 continue
             shown = ["".join(o.get("data", {}).get("text/markdown", ""))
                      for o in c.get("outputs", [])]
-            for text in ["".join(c["source"])] + shown:
+            for text in ["".join(c["source"])] + shown:   # a table's row: a table
                 too_long += [f"{nb.name} cell {n}" for line in text.splitlines()
-                             if len(line) > 88]
+                             if len(line) > 88 and not line.startswith("|")]
     assert not too_long, f"lines over 88 columns: {sorted(set(too_long))[:20]}"
 
 

@@ -96,9 +96,9 @@ def test_the_warp_specialized_figure_labels_the_kernels_waits():
     assert [t for t in texts if t.startswith("tile")] == [w for w in waits
                                                            for _ in range(2)]
     assert [t for t in texts if "after" in t] == [
-        "K, V 2 → buffer 0\nafter empty[0] parity 0",
-        "K, V 3 → buffer 1\nafter empty[1] parity 0",
-        "K, V 4 → buffer 0\nafter empty[0] parity 1"]
+        "K, V 2 → buffer 0, after\nempty[0] parity 0",
+        "K, V 3 → buffer 1, after\nempty[1] parity 0",
+        "K, V 4 → buffer 0, after\nempty[0] parity 1"]
     matplotlib.pyplot.close("all")
 
 

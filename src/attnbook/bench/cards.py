@@ -298,8 +298,8 @@ class TextTable(str):
     displays as a Markdown table of the same cells."""
 
     def __new__(cls, header, rows, text: str):
-        table = super().__new__(cls, text)
-        table.markdown = markdown_table(header, rows)
+        table = super().__new__(cls, text)   # headings that may wrap at their "/"
+        table.markdown = markdown_table([h.replace("/", " / ") for h in header], rows)
         return table
 
     def _repr_markdown_(self):
