@@ -50,8 +50,7 @@ from ..ops.softmax import softmax
 from ..toolchain import occupancy, profile, ptxas_report, wrap
 from ..toolchain.compile import kernel_source
 from ..toolchain.sass import find_nvdisasm, fma_report, sass_report
-from .harness import (PEAKS, Table, attention_bytes, attention_flops,
-                      markdown_table)
+from .harness import PEAKS, attention_bytes, attention_flops, markdown_table
 
 __all__ = ["Spec", "Card", "design_card", "SPECS", "card", "ARCHS", "DEVICES",
            "measures", "over_budget", "budgets", "budget_toml", "BUDGETS",
@@ -303,7 +302,7 @@ class TextTable(str):
         return table
 
     def _repr_markdown_(self):
-        return Table._repr_markdown_(self.markdown)
+        return self.markdown._repr_markdown_()
 
     def __repr__(self):
         return str(self)
