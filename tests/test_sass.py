@@ -6,7 +6,7 @@ import pytest
 import attnbook as ab
 from attnbook.toolchain import find_nvcc, sass
 from attnbook.toolchain.sass import (LoopMix, find_nvdisasm, fma_loops, fma_report,
-                                    hot_loops, sass_report)
+                                    hot_loops, load_loops, load_report, sass_report)
 
 # Two kernels. k1: an outer loop (.L_x_0) around an inner one (.L_x_1) that holds all
 # 64 HMMA; the inner loop is the hot one (2 others per HMMA), the outer has more. A
@@ -59,6 +59,17 @@ def test_an_fp32_kernels_loop_is_read_by_its_ffma():
     assert (mix.hmma, mix.other) == (64, 10) and mix.ffma_per_other == 6.4
     assert mix.lds_per_ffma == 4 / 64 and set(fma_loops(text, min_ffma=8)) == {"k1",
                                                                               "k2"}
+
+
+def test_a_memory_bound_kernels_passes_are_its_loops_of_loads():
+    """k1 with LDG for its HMMA: the inner loop (64 loads) and the outer one around
+    it (64 too), in program order; k2's loops have 8, fewer than asked."""
+    text = SASS.replace("HMMA.16816.F32 R8, R4, R6, R8", "LDG.E R8, desc[UR4][R2.64]")
+    loops = load_loops(text, min_loads=16)
+    assert set(loops) == {"k1"} and [m.hmma for m in loops["k1"]] == [64, 64]
+    inner, outer = loops["k1"]
+    assert inner.other == 10 and outer.other == 10 + 4   # S2R, STL, MUFU, BRA
+    assert set(load_loops(text)) == {"k1", "k2"}
 
 
 def test_an_hgmma_counts_its_share_of_hmma():
@@ -121,3 +132,23 @@ def test_a_real_build_names_its_fp32_kernels_ffma_loops():
     report = fma_report(ab.kernel_source("flash_fp32.cu"), "sm_90")
     assert any("flash_fwd_fp32_occupancy_kernel<64>" in name for name in report)
     assert all(mix.count("FFMA") == mix.hmma >= 64 for mix in report.values())
+
+
+@pytest.mark.skipif(find_nvcc() is None or find_nvdisasm() is None,
+                    reason="needs nvcc and nvdisasm")
+def test_the_lean_online_softmax_takes_one_exponential_per_element():
+    """Chapter 3's online kernel issues two MUFU (an exponential's, a division's) per
+    element in each pass; its lean form one, in fewer instructions than the three-pass
+    kernels' three passes."""
+    report = load_report(ab.kernel_source("softmax.cu"), "sm_90")
+
+    def per_element(kernel, what):
+        (loops,) = [v for k, v in report.items() if f"softmax_{kernel}<" in k]
+        return [what(m) / m.hmma for m in loops]
+
+    assert per_element("online", lambda m: m.count("MUFU")) == [2, 2]
+    assert per_element("online_lean", lambda m: m.count("MUFU")) == [1, 1]
+    assert len(per_element("block_warps", lambda m: 0)) == 3      # max, sum, write
+    issued = {k: sum(per_element(k, lambda m: m.other + m.hmma))
+              for k in ("online", "block_warps", "online_lean")}
+    assert issued["online_lean"] < issued["block_warps"] < issued["online"]

@@ -45,6 +45,19 @@ def test_large_magnitudes_and_batched_shapes(kernel, device):
     torch.testing.assert_close(y.double(), expected(x), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("kernel", ab.SOFTMAX_KERNELS)
+def test_a_nan_anywhere_in_a_thread_s_elements_makes_its_row_nan(kernel, device):
+    """A NaN, then −inf in the same thread (elements 0, 256 and 512 of a row of 600
+    on 256 threads), beside rows of −inf: every y of the row NaN, as in torch. (A
+    fold that kept the max at −inf after the NaN lost it in the merge with an empty
+    state.)"""
+    x = torch.full((3, 600), float("-inf"))
+    x[0, 0] = x[1, 5] = float("nan")
+    x[1, 300], x[2, 7] = 1.0, 2.0
+    y = ab.softmax(x.to(device), kernel).cpu()
+    assert y[:2].isnan().all() and torch.equal(y[2], torch.softmax(x[2], -1))
+
+
 # No device: the thread orders that show the race are the emulator's.
 def test_missing_barrier_would_be_caught():
     """The tree reduction's barriers matter: without the one after reading buf[0], the

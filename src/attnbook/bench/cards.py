@@ -46,7 +46,7 @@ from ..ops.flash_hopper import flash_attention_hopper
 from ..ops.flash_tc import flash_attention_tc
 from ..ops.gemm import gemm
 from ..ops.kv_cache import kv_cache_append
-from ..ops.softmax import softmax
+from ..ops.softmax import SOFTMAX_KERNELS, softmax
 from ..toolchain import occupancy, profile, ptxas_report, wrap
 from ..toolchain.compile import kernel_source
 from ..toolchain.sass import find_nvdisasm, fma_report, sass_report
@@ -518,8 +518,7 @@ _TILED = ("gemm_regblock<true, true>", "", "", "gemm_regblock<false, true>")
 _FWD = dict(flops=attention_flops(B, H, S, S, D),
             min_bytes=attention_bytes(B, H, S, S, D))
 SPECS = [
-    *(_softmax_spec(k) for k in ("naive", "block_tree", "warp", "block_warps",
-                                 "online")),
+    *(_softmax_spec(k) for k in SOFTMAX_KERNELS),
     *(_gemm_spec(step) for step in (1, 2, 3, 4)),
     Spec("naive attention", "2", _SHAPE, "naive_attention.cu",
          lambda: three_kernels(*_attention(), impl="naive"), **_FWD),

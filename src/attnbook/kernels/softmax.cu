@@ -20,6 +20,8 @@ bool softmax_forward(const char* kernel, const float* x, float* y, int rows, int
     softmax_block_warps<BLOCK><<<rows, BLOCK, 0, stream>>>(x, y, n);
   else if (!strcmp(kernel, "online"))
     softmax_online<BLOCK><<<rows, BLOCK, 0, stream>>>(x, y, n);
+  else if (!strcmp(kernel, "online_lean"))
+    softmax_online_lean<BLOCK><<<rows, BLOCK, 0, stream>>>(x, y, n);
   else
     return false;
   return true;

@@ -2,8 +2,8 @@
 // in the order chapter 3 builds it up. Each version reads x from global memory and
 // writes y once; they differ in how the two reductions of a row (its max m and its sum
 // l = Σ exp(x − m)) are shared among threads, and in how many times x is read: three
-// times by the first four kernels (max, sum, write), twice by the online one (max and
-// sum together, then write).
+// times by the first four kernels (max, sum, write), twice by the online ones (max
+// and sum together, then write).
 //
 // A row whose entries are all −inf (a query with no admissible key) becomes all zeros;
 // a row holding NaN or +inf becomes NaN, as in torch.softmax. x and y may be the same
@@ -145,17 +145,53 @@ __device__ __forceinline__ MaxSum warp_merge(MaxSum s) {
 
 // One block of warps per row, online: one pass over x folds each element into (m, l),
 // so x is read twice in all (once for the state, once to write y) instead of three
-// times.
-template <int BLOCK>
-__global__ void softmax_online(const float* x, float* y, int n) {
-  __shared__ MaxSum scratch[BLOCK / 32];
+// times. fold(s, x) adds an element to a thread's state; the block merges the
+// threads' states; write(x, s, r) is y, with r = 1 / l.
+template <int BLOCK, class Fold, class Write>
+__device__ __forceinline__ void online_row(const float* x, float* y, int n,
+                                           MaxSum* scratch, Fold fold, Write write) {
   const float* xr = x + size_t(blockIdx.x) * n;
   float* yr = y + size_t(blockIdx.x) * n;
   MaxSum s{-INFINITY, 0.f};
-  for (int j = threadIdx.x; j < n; j += BLOCK) s = merge(s, {xr[j], 1.f});   // (x, 1)
+  for (int j = threadIdx.x; j < n; j += BLOCK) s = fold(s, xr[j]);
   s = block_reduce<BLOCK>(s, scratch, [](MaxSum v) { return warp_merge(v); },
                           [](MaxSum a, MaxSum b) { return merge(a, b); });
-  for (int j = threadIdx.x; j < n; j += BLOCK) yr[j] = normalized(xr[j], s.m, s.l);
+  const float r = 1.f / s.l;   // l = 0 (the empty row): inf, which write leaves unused
+  for (int j = threadIdx.x; j < n; j += BLOCK) yr[j] = write(xr[j], s, r);
+}
+
+// Each element folded as the state (x, 1) it is, by merge.
+template <int BLOCK>
+__global__ void softmax_online(const float* x, float* y, int n) {
+  __shared__ MaxSum scratch[BLOCK / 32];
+  online_row<BLOCK>(x, y, n, scratch,
+                    [](MaxSum s, float v) { return merge(s, {v, 1.f}); },
+                    [](float v, MaxSum s, float) { return normalized(v, s.m, s.l); });
+}
+
+// The online kernel, counted: what it issues per element, not only what it reads.
+// merge(s, {x, 1}) takes two exponentials per element where one does: of x and the
+// running max m, the larger stays the max and only the other side is scaled, by
+// e^−|x − m| ≤ 1. A −inf element leaves the state as it is (−inf − (−inf) would be
+// NaN); a NaN element becomes the max, as max_nan makes it in merge, and with it the
+// row's l and every y.
+__device__ __forceinline__ MaxSum fold(MaxSum s, float x) {
+  const bool up = x > s.m || isnan(x);              // a new max: rescale the sum
+  const float e = expf(up ? s.m - x : x - s.m);
+  if (up) return {x, s.l * e + 1.f};
+  return {s.m, x == -INFINITY ? s.l : s.l + e};
+}
+
+// softmax_online with one exponential per element in the first pass (fold), and in
+// the second a multiply by r = 1 / l, taken once per row, where normalized divides
+// (an IEEE division costs a dozen instructions and a check for its slow path). The
+// same bytes; a third fewer instructions per element.
+template <int BLOCK>
+__global__ void softmax_online_lean(const float* x, float* y, int n) {
+  __shared__ MaxSum scratch[BLOCK / 32];
+  online_row<BLOCK>(x, y, n, scratch, fold, [](float v, MaxSum s, float r) {
+    return s.l == 0.f ? 0.f : expf(v - s.m) * r;
+  });
 }
 
 // Host side: the kernel the book uses for attention (online, 256 threads per row).

@@ -9,7 +9,8 @@ from .registry import extension
 
 __all__ = ["softmax", "softmax_forward", "SOFTMAX_KERNELS"]
 
-SOFTMAX_KERNELS = ("naive", "block_tree", "warp", "block_warps", "online")
+SOFTMAX_KERNELS = ("naive", "block_tree", "warp", "block_warps", "online",
+                   "online_lean")
 
 
 @torch.library.custom_op("attnbook::softmax", mutates_args=())

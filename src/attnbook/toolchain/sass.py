@@ -25,8 +25,8 @@ import tempfile
 
 from .ptxas import cached_report, demangle, kept_cubin, nvcc_compile
 
-__all__ = ["LoopMix", "find_nvdisasm", "hot_loops", "fma_loops", "sass_report",
-           "fma_report"]
+__all__ = ["LoopMix", "find_nvdisasm", "hot_loops", "fma_loops", "load_loops",
+           "sass_report", "fma_report", "load_report"]
 
 _TENSOR = ("HMMA", "HGMMA")
 _READER = 3   # the reading's version, in the cached reports' folder names
@@ -126,7 +126,10 @@ def fma_loops(sass: str, min_ffma: int = 64) -> dict:
     return _loops(sass, _FMA, min_ffma)
 
 
-def _loops(sass: str, work: tuple, min_work: int) -> dict:
+def _loop_bodies(sass: str):
+    """(kernel symbol, [instruction text]) of every loop of nvdisasm's text of a
+    cubin: the range from a backward branch's target to the branch, in the order of
+    the branches."""
     functions: dict = {}
     name = None
     for line in sass.splitlines():
@@ -144,24 +147,42 @@ def _loops(sass: str, work: tuple, min_work: int) -> dict:
             labels.update((label, address) for label in pending)
             pending.clear()
             code.append((address, m.group(2)))
-    loops = {}
     for name, (code, labels, _) in functions.items():
-        best = None
         for address, text in code:
             m = _BRANCH.search(text)
             target = labels.get(m.group(1)) if m else None
-            if target is None or target > address:
-                continue
-            body = [t for a, t in code if target <= a <= address]
-            ops = collections.Counter(_opcode(t) for t in body)
-            hmma = sum(_work(t) for t in body if _opcode(t) in work)
-            if hmma < min_work:
-                continue
-            other = sum(ops.values()) - sum(ops[o] for o in work) - ops["NOP"]
-            if best is None or other * best.hmma < best.other * hmma:
-                best = LoopMix(hmma, other, dict(ops), _beside_last_group(body))
-        if best is not None:
-            loops[name] = best
+            if target is not None and target <= address:
+                yield name, [t for a, t in code if target <= a <= address]
+
+
+def _mix(body: list, work: tuple) -> LoopMix:
+    ops = collections.Counter(_opcode(t) for t in body)
+    other = sum(ops.values()) - sum(ops[o] for o in work) - ops["NOP"]
+    return LoopMix(sum(_work(t) for t in body if _opcode(t) in work), other, dict(ops),
+                   _beside_last_group(body))
+
+
+def _loops(sass: str, work: tuple, min_work: int) -> dict:
+    loops = {}
+    for name, body in _loop_bodies(sass):
+        mix = _mix(body, work)
+        best = loops.get(name)
+        if mix.hmma >= min_work and (best is None or
+                                     mix.other * best.hmma < best.other * mix.hmma):
+            loops[name] = mix
+    return loops
+
+
+def load_loops(sass: str, min_loads: int = 4) -> dict:
+    """{kernel symbol: [LoopMix]} of the loops that load at least ``min_loads``
+    elements from global memory per iteration (LDG; ``hmma`` counts them): a
+    memory-bound kernel's unrolled passes over its input, in program order, whose
+    instructions per element are ``other / hmma + 1``."""
+    loops: dict = {}
+    for name, body in _loop_bodies(sass):
+        mix = _mix(body, ("LDG",))
+        if mix.hmma >= min_loads:
+            loops.setdefault(name, []).append(mix)
     return loops
 
 
@@ -189,10 +210,9 @@ def _sass(nvcc: str, cuda: str, arch: str, loops=hot_loops) -> dict:
             nvcc_compile(nvcc, cuda, arch, cubin, "-cubin")
         text = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True,
                               check=True).stdout
-    return {demangle(name): dataclasses.asdict(mix)
+    return {demangle(name): ([dataclasses.asdict(m) for m in mix]
+                             if isinstance(mix, list) else dataclasses.asdict(mix))
             for name, mix in loops(text).items()}
-
-
 
 
 def sass_report(cuda: str, arch: str = "sm_80") -> dict:
@@ -201,6 +221,15 @@ def sass_report(cuda: str, arch: str = "sm_80") -> dict:
     as ptxas reports are."""
     report = cached_report(f"sass_reports_{_READER}", cuda, arch, _sass)
     return {name: LoopMix(**mix) for name, mix in report.items()}
+
+
+def load_report(cuda: str, arch: str = "sm_90", min_loads: int = 4) -> dict:
+    """{kernel: [LoopMix]} of :func:`load_loops` for every kernel in ``cuda`` compiled
+    by nvcc for ``arch``, cached as :func:`sass_report`'s."""
+    def make(nvcc, cuda, arch):
+        return _sass(nvcc, cuda, arch, lambda text: load_loops(text, min_loads))
+    report = cached_report(f"load_reports_{min_loads}_{_READER}", cuda, arch, make)
+    return {name: [LoopMix(**mix) for mix in mixes] for name, mixes in report.items()}
 
 
 def fma_report(cuda: str, arch: str = "sm_80", min_ffma: int = 64) -> dict:
