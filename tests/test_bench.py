@@ -124,6 +124,17 @@ def test_a_table_renders_as_markdown_under_its_caption():
     assert repr(table) == str(table) == markdown.split("\n\n", 1)[1]
 
 
+def test_a_pivot_has_a_line_per_implementation_and_a_column_per_case():
+    result = fake_result()
+    del result.rows[3]                                  # torch eager at S = 512
+    table = result.pivot("ms", column="S")
+    assert table.splitlines() == [
+        "| implementation | S = 256 | S = 512 |", "|---|--:|--:|",
+        "| attnbook naive | 4 | 8 |", "| torch eager | 1 |  |",
+        "| sdpa flash | unsupported: No available kernel |  |"]
+    assert table.caption == "Tesla T4 · time (ms)"
+
+
 def test_large_numbers_are_written_whole_and_tables_from_rows():
     result = fake_result()
     result.rows[0].update(gbs=2813.4)

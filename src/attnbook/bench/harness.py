@@ -206,6 +206,21 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 999.5 else f"{value:.3g}"
 
 
+def _cell(row: dict, key: str) -> str:
+    """A measurement as a table shows it (an unsupported run: its reason's first
+    sentence)."""
+    val = row.get(key)
+    if key == "ms" and val is None:
+        # its first sentence ("No available kernel. Aborting ...")
+        val = "unsupported: " + row.get("error", "").split(". ")[0][:40]
+    elif key == "peak_mem_bytes" and val is not None:
+        mib = val / 2**20
+        val = f"{mib:,.0f}" if mib >= 100 else f"{mib:.3g}"
+    elif isinstance(val, float):
+        val = _number(val) if key != "pct_peak" else f"{val:.1f}%"
+    return "" if val is None else str(val)
+
+
 @dataclass
 class Result:
     """One chapter's benchmark: a row per (implementation, case), and where it was
@@ -226,28 +241,38 @@ class Result:
         keys = [c for c in columns if any(c in r for r in rows)]
         lines = ["| " + " | ".join(HEADINGS.get(k, k) for k in keys) + " |",
                  "|" + "".join("--:|" if k in NUMERIC else "---|" for k in keys)]
-        for r in rows:
-            cells = []
-            for key in keys:
-                val = r.get(key)
-                if key == "ms" and val is None:
-                    # its first sentence ("No available kernel. Aborting ...")
-                    val = "unsupported: " + r.get("error", "").split(". ")[0][:40]
-                elif key == "peak_mem_bytes" and val is not None:
-                    mib = val / 2**20
-                    val = f"{mib:,.0f}" if mib >= 100 else f"{mib:.3g}"
-                elif isinstance(val, float):
-                    val = _number(val) if key != "pct_peak" else f"{val:.1f}%"
-                cells.append("" if val is None else str(val))
-            lines.append("| " + " | ".join(cells) + " |")
+        lines += ["| " + " | ".join(_cell(r, key) for key in keys) + " |"
+                  for r in rows]
+        return Table("\n".join(lines), self._caption(rows, keys))
+
+    def pivot(self, value: str = "pct_peak", row: str = "impl", column: str = "n",
+              **where) -> Table:
+        """``value`` as a :class:`Table` with a line per ``row`` and a column per
+        ``column`` (in the order the rows first give them; an empty cell where a pair
+        was not measured), captioned as :meth:`table` is."""
+        rows = self.select(**where)
+        lines, columns = list(dict.fromkeys(r[row] for r in rows)), list(
+            dict.fromkeys(r[column] for r in rows))
+        cells = {(r[row], r[column]): _cell(r, value) for r in rows}
+        text = ["| " + " | ".join([HEADINGS.get(row, row)] + [
+                    f"{column} = {c}" for c in columns]) + " |",
+                "|---|" + "--:|" * len(columns)]
+        text += ["| " + " | ".join([str(line)] + [cells.get((line, c), "")
+                                                  for c in columns]) + " |"
+                 for line in lines]
+        caption = self._caption(rows, [row, column])
+        return Table("\n".join(text), f"{caption} · {HEADINGS.get(value, value)}")
+
+    def _caption(self, rows, shown) -> str:
+        """The device and the case settings that every row shares and ``shown`` (the
+        columns) does not show."""
         shared = {k: v for k, v in rows[0].items()
-                  if k not in MEASURED and k not in keys
+                  if k not in MEASURED and k not in shown
                   and all(r.get(k) == v for r in rows)} if rows else {}
         first = [k for k in CASE_ORDER if k in shared]
         case = ", ".join(str(shared[k]) if k == "dtype" else f"{k} = {shared[k]}"
                          for k in first + [k for k in shared if k not in first])
-        caption = " · ".join(filter(None, [self.machine.get("gpu"), case]))
-        return Table("\n".join(lines), caption)
+        return " · ".join(filter(None, [self.machine.get("gpu"), case]))
 
     def describe(self) -> str:
         m = self.machine
