@@ -245,23 +245,33 @@ class Result:
                   for r in rows]
         return Table("\n".join(lines), self._caption(rows, keys))
 
-    def pivot(self, value: str = "pct_peak", row: str = "impl", column: str = "n",
+    def pivot(self, value: str = "pct_peak", row="impl", column: str = "n",
               **where) -> Table:
-        """``value`` as a :class:`Table` with a line per ``row`` and a column per
-        ``column`` (in the order the rows first give them; an empty cell where a pair
-        was not measured), captioned as :meth:`table` is."""
+        """``value`` as a :class:`Table` with a line per ``row`` (a key, or a tuple of
+        keys: a column each) and a column per ``column`` value, both in the order the
+        rows first give them; an empty cell where a pair was not measured, "–" where
+        it was not supported. ``value`` may be two keys, shown "first (second)".
+        Captioned as :meth:`table` is, and with ``value``."""
         rows = self.select(**where)
-        lines, columns = list(dict.fromkeys(r[row] for r in rows)), list(
-            dict.fromkeys(r[column] for r in rows))
-        cells = {(r[row], r[column]): _cell(r, value) for r in rows}
-        text = ["| " + " | ".join([HEADINGS.get(row, row)] + [
-                    f"{column} = {c}" for c in columns]) + " |",
-                "|---|" + "--:|" * len(columns)]
-        text += ["| " + " | ".join([str(line)] + [cells.get((line, c), "")
-                                                  for c in columns]) + " |"
+        keys = (row,) if isinstance(row, str) else tuple(row)
+        first, *second = (value,) if isinstance(value, str) else value
+        lines = list(dict.fromkeys(tuple(r.get(k) for k in keys) for r in rows))
+        columns = list(dict.fromkeys(r[column] for r in rows))
+        cells = {(tuple(r.get(k) for k in keys), r[column]):
+                 "–" if "error" in r else _cell(r, first) + "".join(
+                     f" ({_cell(r, k)})" for k in second) for r in rows}
+        text = ["| " + " | ".join([HEADINGS.get(k, k) for k in keys] + [
+                    str(c) if column == "impl" else f"{column} = {c}"
+                    for c in columns]) + " |",
+                "|---|" + "--:|" * (len(keys) - 1 + len(columns))]
+        text += ["| " + " | ".join([*map(str, line)] + [cells.get((line, c), "")
+                                                        for c in columns]) + " |"
                  for line in lines]
-        caption = self._caption(rows, [row, column])
-        return Table("\n".join(text), f"{caption} · {HEADINGS.get(value, value)}")
+        caption = [self._caption(rows, [*keys, column]), HEADINGS.get(first, first)
+                   + "".join(f" ({HEADINGS.get(k, k)})" for k in second)]
+        if any("error" in r for r in rows):
+            caption.append("–: not supported there")
+        return Table("\n".join(text), " · ".join(filter(None, caption)))
 
     def _caption(self, rows, shown) -> str:
         """The device and the case settings that every row shares and ``shown`` (the
