@@ -13,6 +13,7 @@ PyTorch's. The report says which case failed, under which order, and by how much
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -20,7 +21,7 @@ import torch
 from ..toolchain import CompileError, compile, has_gpu, thread_order, wrap
 from .catalog import EXERCISES
 
-__all__ = ["grade", "skeleton", "solution", "GradeReport", "EXERCISES"]
+__all__ = ["grade", "skeleton", "solution", "runs_here", "GradeReport", "EXERCISES"]
 
 ORDERS = (("forward", 0), ("reverse", 0), ("shuffle", 3))
 
@@ -44,6 +45,17 @@ def skeleton(name: str) -> str:
 def solution(name: str) -> str:
     """A kernel text that passes (``exercises/chNN/<name>.solution.cu``)."""
     return _exercise(name).solution
+
+
+def runs_here(ex) -> bool:
+    """This machine's GPU can run exercise ``ex``'s build: any GPU where it names no
+    architecture; one of that compute capability for an ``a`` build (sm_90a: 9.0
+    only), of that one or later otherwise."""
+    if ex.arch is None:
+        return True
+    m = re.fullmatch(r"sm_(\d+)(\d)(a?)", ex.arch)
+    want, have = (int(m.group(1)), int(m.group(2))), torch.cuda.get_device_capability()
+    return have == want if m.group(3) else have >= want
 
 
 def _exercise(name):
@@ -85,12 +97,12 @@ def grade(name: str, source: str, *, backend: str | None = None) -> GradeReport:
     """Compile the reader's ``source`` for exercise ``name`` and check it on every
     case."""
     ex = _exercise(name)
-    backend = backend or ("cuda" if has_gpu() else "emulator")
+    backend = backend or ("cuda" if has_gpu() and runs_here(ex) else "emulator")
     device = "cuda" if backend == "cuda" else "cpu"
     tag = hashlib.sha256(source.encode()).hexdigest()[:8]
     try:
         module = compile(f"exercise_{name}_{tag}", source + "\n" + ex.launcher,
-                         ex.wrapper, [ex.function], backend=backend)
+                         ex.wrapper, [ex.function], backend=backend, arch=ex.arch)
     except CompileError as e:
         return GradeReport(name, False, ["does not compile:", *str(e).splitlines()[1:]])
     fn = getattr(module, ex.function)

@@ -1,4 +1,5 @@
-"""The exercises of chapters 2–11 (two in each chapter): how each is called and checked.
+"""The exercises of chapters 2–12 (two in each chapter from 2 to 11): how each is
+called and checked.
 Its C++ lives in the chapter's folder, ``exercises/chNN/``, one file per part:
 
     <name>.cu             the skeleton: the kernel the reader completes
@@ -36,13 +37,14 @@ class Planted:
 @dataclass(frozen=True)
 class Exercise:
     name: str
-    chapter: str       # "02" … "11"
+    chapter: str       # "02" … "12"
     function: str      # the wrapper's function
     cases: Callable    # () -> [(description, [inputs])]
     reference: Callable
     planted: Planted
     rtol: float = 1e-5
     atol: float = 1e-6
+    arch: str | None = None   # "sm_90a": built for it, on the emulator off such a GPU
 
     def _part(self, suffix: str) -> str:
         return (EXERCISE_DIR / f"ch{self.chapter}" / f"{self.name}{suffix}").read_text()
@@ -498,8 +500,25 @@ RECOMPUTE_P = Exercise(
 )
 
 # In the book's order: by chapter, then as the chapter sets them.
+# ---- chapter 12 ----------------------------------------------------------------------
+# a producer and a consumer on mbarriers: the parity of each wait
+RING_SUM = Exercise(
+    name="ring_sum",
+    chapter="12",
+    function="ring_sum_of",
+    cases=lambda: [(f"{n} tiles", [_randn(n, 32, seed=n)]) for n in (1, 2, 7, 12)],
+    reference=lambda x: x.double().sum(0).float(),
+    rtol=1e-5, atol=1e-5,
+    arch="sm_90a",
+    planted=Planted("the wait names the tile's parity, not the fill's",
+                    "mbarrier_wait(&full[s], u % 2)",
+                    "mbarrier_wait(&full[s], i % 2)",
+                    "deadlock"),
+)
+
+
 EXERCISES = {ex.name: ex for ex in sorted(
     (RELU, QK_SCORES, ROW_MAX, WARP_SUM, TRANSPOSE, TILED_MATMUL, WINDOW, PADDING_MASK,
      ROW_LOGSUMEXP, TILE_UPDATE, ONLINE_ROW, TILE_RANGE, FRAGMENT_ROW_MAX, SWIZZLE,
      COMBINE_SPLITS, PAGED_SLOTS, GREEDY_ARGMAX, DECODE_EMBED, SOFTMAX_BACKWARD,
-     RECOMPUTE_P), key=lambda ex: ex.chapter)}
+     RECOMPUTE_P, RING_SUM), key=lambda ex: ex.chapter)}
