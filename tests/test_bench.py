@@ -131,17 +131,17 @@ def test_a_pivot_has_a_line_per_implementation_and_a_column_per_case():
     assert table.splitlines() == [
         "| implementation | S = 256 | S = 512 |", "|---|--:|--:|",
         "| attnbook naive | 4 | 8 |", "| torch eager | 1 |  |", "| sdpa flash | – |  |"]
-    assert table.caption == "Tesla T4 · time (ms) · –: not supported there"
+    assert table.caption == "Tesla T4 · ms · –: unsupported"
     for r in result.rows:
         r.update(B=2, causal=r["S"] == 256)
     by_case = result.pivot("ms", row=("S", "causal"), column="impl", B=2)
     assert by_case.splitlines()[:3] == [
         "| S | causal | attnbook naive | torch eager | sdpa flash |",
         "|---|--:|--:|--:|--:|", "| 256 | True | 4 | 1 | – |"]
-    assert by_case.caption.startswith("Tesla T4 · B = 2 · time (ms)")
+    assert by_case.caption.startswith("Tesla T4 · B = 2 · ms")
     both = result.pivot(("ms", "pct_peak"), column="S")
     assert both.splitlines()[2] == "| attnbook naive | 4 (10.0%) | 8 (10.0%) |"
-    assert both.caption.startswith("Tesla T4 · B = 2 · time (ms) (% of peak)")
+    assert both.caption.startswith("Tesla T4 · B = 2 · ms (% of peak)")
 
 
 def test_large_numbers_are_written_whole_and_tables_from_rows():

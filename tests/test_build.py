@@ -425,8 +425,9 @@ def chapter_table() -> str:
                           if ex.chapter == number)
         cells = json.loads((ROOT / notebook).read_text())["cells"]
         title = cells[0]["source"][0].strip().lstrip("# ").split(". ", 1)[1]
-        rows.append(f"| {number.lstrip('0')} | {title} | `{notebook}` | "
-                    f"{suites or '–'} | {names or '–'} |")
+        link = f"[{notebook.name}]({notebook})"
+        rows.append(f"| {number.lstrip('0')} | {title} | {link} | {suites or '–'} | "
+                    f"{names or '–'} |")
     return "\n".join(rows)
 
 

@@ -172,6 +172,10 @@ HEADINGS = {"impl": "implementation", "ms": "time (ms)", "tflops": "TFLOP/s",
             "peak_mem_bytes": "peak memory (MiB)",
             "ttft_ms": "first token (ms)", "tbt_ms": "per token (ms)",
             "num_splits": "splits"}
+# A measurement's unit, as a pivot's caption names its cells
+UNITS = {"ms": "ms", "tflops": "TFLOP/s", "gbs": "GB/s", "pct_peak": "% of peak",
+         "peak_mem_bytes": "peak MiB", "ttft_ms": "ms to the first token",
+         "tbt_ms": "ms a token"}
 CASE_ORDER = ["model", "B", "H", "Hkv", "S", "L", "D", "dtype", "causal"]
 
 
@@ -267,10 +271,10 @@ class Result:
         text += ["| " + " | ".join([*map(str, line)] + [cells.get((line, c), "")
                                                         for c in columns]) + " |"
                  for line in lines]
-        caption = [self._caption(rows, [*keys, column]), HEADINGS.get(first, first)
-                   + "".join(f" ({HEADINGS.get(k, k)})" for k in second)]
+        caption = [self._caption(rows, [*keys, column]), UNITS.get(first, first)
+                   + "".join(f" ({UNITS.get(k, k)})" for k in second)]
         if any("error" in r for r in rows):
-            caption.append("–: not supported there")
+            caption.append("–: unsupported")
         return Table("\n".join(text), " · ".join(filter(None, caption)))
 
     def _caption(self, rows, shown) -> str:
