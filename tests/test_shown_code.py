@@ -99,3 +99,19 @@ def test_the_check_finds_a_helper_no_chapter_shows():
     assert ("max_nan.cuh", "max_nan") in used("softmax.cuh", "softmax_rows_naive")
     chapter3 = next(p for p in NOTEBOOKS if p.name.startswith("03"))
     assert ("max_nan.cuh", "max_nan") in shown_by(chapter3)
+
+
+def test_a_profile_s_lines_are_shown_with_their_code():
+    """Each line a profile counted, in the package's kernel files, after its number
+    (as the profile prints it), each file's name above; a notebook's own file is left
+    out."""
+    from attnbook.figures.show import show_profiled
+    from cuda_emulator.sanitizer import LaunchProfile, LineCounts
+    text = (KERNEL_DIR / "softmax.cuh").read_text().splitlines()
+    n = next(i for i, line in enumerate(text, 1) if "s = fold(s, xr[j])" in line)
+    launch = LaunchProfile("k", (1, 1, 1), (32, 1, 1), 0, 0, [
+        LineCounts(f"softmax.cuh:{n}", "global", "load"),
+        LineCounts(f"softmax.cuh:{n}", "shared", "load"),
+        LineCounts("cell.cu:3", "global", "store")])
+    assert show_profiled(launch).text.splitlines() == [
+        "// softmax.cuh", f"{n:>4}  {text[n - 1].strip()}"]

@@ -20,7 +20,7 @@ import cuda_emulator as emulator
 from . import args, bench, exercises, ops, reference, toolchain
 from .args.decode import KVCachePlan, plan_kvcache
 from .bench import peak_memory
-from .figures import show_kernel, show_source
+from .figures import show_kernel, show_profiled, show_source
 from .ops import (GEMM_STEPS, HOPPER_STEPS, SOFTMAX_KERNELS, TC_STEPS, Attention,
                   PagedKVCache, attention, attention_with_kvcache,
                   flash_attention_fp32, flash_attention_hopper, flash_attention_tc,

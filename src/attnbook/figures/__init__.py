@@ -5,7 +5,7 @@ imported on first use: ``ab.figures.plots``, ``from attnbook.figures import
 diagrams``."""
 import importlib
 
-from .show import show_kernel, show_source
+from .show import show_kernel, show_profiled, show_source
 
 _PLOTTING = ("decoding", "diagrams", "generation", "plots", "widgets")
 

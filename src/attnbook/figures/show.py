@@ -8,7 +8,7 @@ from cuda_emulator.emulate import blank_out
 
 from ..toolchain.compile import kernel_source
 
-__all__ = ["show_kernel", "show_source", "declarations"]
+__all__ = ["show_kernel", "show_profiled", "show_source", "declarations"]
 
 
 class _Code:
@@ -113,6 +113,29 @@ def show_kernel(filename: str, *names: str):
         for (_, end), (a, b) in zip(spans, spans[1:]):
             text += ("\n" if a == end + 1 else "\n\n") + "\n".join(lines[a:b + 1])
     return _Code(text.rstrip("\n"), "cuda")
+
+
+def show_profiled(launch):
+    """The source of each line of the package's kernel files that ``launch`` (a
+    launch of :func:`attnbook.profile`'s report) counted, after its number, each file's
+    name above its lines: the profile's rows put to their code. Lines of other files
+    (a notebook's kernel) are left out."""
+    out, shown = [], None
+    for location in dict.fromkeys(r.location for r in launch.rows):
+        file, _, number = location.rpartition(":")
+        try:
+            lines = kernel_source(file).splitlines()
+        except (FileNotFoundError, ValueError):
+            continue
+        if file != shown:
+            out.append(f"// {file}")
+            shown = file
+        line = f"{number:>4}  {lines[int(number) - 1].strip()}"
+        if len(line) > 88:   # its comment goes first, then the end of the code
+            line = line.split("  //")[0].rstrip()
+            line = line if len(line) <= 88 else line[:87] + "…"
+        out.append(line)
+    return _Code("\n".join(out), "cuda")
 
 
 def show_source(obj):
