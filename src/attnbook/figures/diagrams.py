@@ -337,7 +337,7 @@ def backward_schedule(tiles_q=4, tiles_k=5, ax=None):
     axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 4))[1]
     colors = [BLUE, GREEN, ORANGE, "#8172b3", "#c44e52"]
     titles = ("$dK, dV$: a block per key tile $j$, down its column;\n"
-              "$dK_j, dV_j$ in registers, $Q_i, dO_i, L_i, D_i$ streamed",
+              "$dK_j, dV_j$ in registers, $Q_i, dO_i, L_i, \\Delta_i$ streamed",
               "$dQ$: a block per query tile $i$, along its row;\n"
               "$dQ_i$ in registers, $K_j, V_j$ streamed")
     for a, by_key, title in ((axes[0], True, titles[0]), (axes[1], False, titles[1])):

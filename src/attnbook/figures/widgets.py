@@ -122,12 +122,22 @@ def mask_explorer(sq=16, sk=16):
     return widgets.HBox([widgets.VBox([kind, stride, window, n_q, n_k]), out])
 
 
-def draw_flash_step(axes, trace, step, sq, sk, final_o):
+# What the tile panel's colours mean
+FLASH_KEY = [patches.Patch(facecolor="tab:orange", edgecolor="k",
+                           label="this step's tile"),
+             patches.Patch(facecolor="tab:blue", alpha=0.35, label="computed"),
+             patches.Patch(facecolor="0.9", hatch="//", edgecolor="0.5",
+                           label="masked, skipped"),
+             patches.Patch(facecolor="white", edgecolor="0.5", label="not yet")]
+
+
+def draw_flash_step(axes, trace, step, sq, sk, final_o, causal=False):
     """Three panels after step ``step`` of a
     :func:`attnbook.flash_tiles.flash_attention_tiles` trace: the score tiles visited so
-    far (the current one outlined, masked-out ones hatched), the running m and l of the
-    current query tile's rows, and how far each row's normalised partial output still is
-    from the final one."""
+    far (the current one outlined, masked-out ones hatched; with ``causal``, the last
+    admitted key of each query, the diagonal aligned bottom-right), the running m and l
+    of the current query tile's rows, and how far each row's normalised partial output
+    still is from the final one."""
     grid, state, error = axes
     now = trace[step]
     for t in trace[:step + 1]:
@@ -140,31 +150,38 @@ def draw_flash_step(axes, trace, step, sq, sk, final_o):
                                          alpha=1.0 if current or t["skipped"] else 0.35,
                                          edgecolor="k" if current else "0.5",
                                          lw=2 if current else 0.5))
+    if causal:   # key j is admitted for query i while j <= i + sk - sq
+        grid.plot([sk - sq, sk], [0, sq], color="k", lw=1, ls="--")
     grid.set(xlim=(0, sk), ylim=(sq, 0), xlabel="key j", ylabel="query i",
              aspect="equal",
              title=f"tile ({now['q_tile']}, {now['k_tile']})"
                    + (": masked, skipped" if now["skipped"] else ""))
     rows = range(*now["rows"])
-    state.plot(rows, now["m"].tolist(), "o-", label="m (running max)")
-    state.plot(rows, now["l"].tolist(), "s-", label="ℓ (running sum)")
-    state.set(xlabel="query i", title="state of the tile's rows")
-    state.legend(fontsize=8)
+    state.plot(rows, now["m"].tolist(), "o", label="m (running max)")
+    state.plot(rows, now["l"].tolist(), "s", label="ℓ (running sum)")
+    state.set(xlabel="query i", ylabel="m and ℓ", title="state of the tile's rows")
+    state.legend(fontsize=7, loc="upper left", framealpha=0.6)
     gap = (now["partial"] - final_o[now["rows"][0]:now["rows"][1]]).abs().amax(-1)
     error.bar(rows, gap.tolist(), color="tab:red")
-    error.set(xlabel="query i", ylim=(0, max(1e-9, float(final_o.abs().max()) * 1.1)),
-              title="max |partial O − final O|")
+    top = max(1e-9, float(final_o.abs().max()) * 1.1)
+    error.set(xlabel="query i", ylim=(0, top), title="max |partial O − final O|")
+    if float(gap.max()) == 0.0:
+        error.text(sum(now["rows"]) / 2 - 0.5, top / 2, "every row final",
+                   ha="center", color="0.4")
 
 
-def flash_figure(trace, steps, sq, sk, final_o):
-    """Static rows of :func:`draw_flash_step`, one per step in ``steps``."""
-    fig, axes = plt.subplots(len(steps), 3, figsize=(10, 2.9 * len(steps)))
+def flash_figure(trace, steps, sq, sk, final_o, causal=False):
+    """Static rows of :func:`draw_flash_step`, one per step in ``steps``, under a key
+    to the tiles' colours."""
+    fig, axes = plt.subplots(len(steps), 3, figsize=(10, 2.9 * len(steps) + 0.4))
     for row, step in zip(axes, steps):
-        draw_flash_step(row, trace, step, sq, sk, final_o)
-    fig.tight_layout()
+        draw_flash_step(row, trace, step, sq, sk, final_o, causal)
+    fig.legend(handles=FLASH_KEY, loc="upper center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))
     return fig
 
 
-def flash_stepper(trace, sq, sk, final_o):
+def flash_stepper(trace, sq, sk, final_o, causal=False):
     """A slider over the steps of a trace that redraws :func:`draw_flash_step`."""
     import ipywidgets as widgets
     out = widgets.Output()
@@ -172,9 +189,10 @@ def flash_stepper(trace, sq, sk, final_o):
     def show(step):
         with out:
             out.clear_output(wait=True)
-            fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
-            draw_flash_step(axes, trace, step, sq, sk, final_o)
-            fig.tight_layout()
+            fig, axes = plt.subplots(1, 3, figsize=(12, 3.9))
+            draw_flash_step(axes, trace, step, sq, sk, final_o, causal)
+            fig.legend(handles=FLASH_KEY, loc="upper center", ncol=4, fontsize=8)
+            fig.tight_layout(rect=(0, 0, 1, 0.9))
             plt.show()
 
     slider = widgets.IntSlider(value=0, min=0, max=len(trace) - 1, description="step")
