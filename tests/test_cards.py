@@ -236,3 +236,15 @@ def test_the_bound_is_the_larger_of_compute_and_memory_time():
     assert cards.lower_bound_us(19.5e12 * 3, 1555e9, "A100") == pytest.approx(3e6)
     assert cards.lower_bound_us(312e12, 0, "A100", tensor_cores=True) == \
         pytest.approx(1e6)
+
+
+@pytest.mark.skipif(find_nvcc() is None or find_nvdisasm() is None,
+                    reason="needs nvcc and nvdisasm")
+def test_a_hot_loop_table_names_the_kernel_of_a_card_of_several():
+    """Chapter 11's step 1 at d = 128 has two kernels with a hot loop: each row says
+    which (a card of one kernel is its name alone)."""
+    rows = [line.split("  ")[0] for line in cards.hot_loops(
+        [cards.card("flash tc backward step 1 D=128"), cards.card("flash tc step 6")],
+        "sm_90").splitlines()[1:]]
+    assert rows == ["flash tc backward step 1 D=128: dkdv",
+                    "flash tc backward step 1 D=128: dq", "flash tc step 6"]

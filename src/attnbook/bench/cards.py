@@ -308,6 +308,14 @@ class TextTable(str):
         return str(self)
 
 
+def _labels(card) -> list[str]:
+    """Its kernels' names without their common prefix (and without "_kernel")."""
+    full = [k.short_name for k in card.kernels]
+    prefix = os.path.commonprefix(full)
+    prefix = prefix[:prefix.rfind("_") + 1]
+    return [n[len(prefix):].replace("_kernel", "") for n in full]
+
+
 def compact(cards, arch: str = "sm_80") -> TextTable:
     """A narrow table of ``cards``, a row per kernel: ``arch``'s registers, spill
     and stack bytes and occupancy, the kernel's sectors per global load request and
@@ -323,11 +331,7 @@ def compact(cards, arch: str = "sm_80") -> TextTable:
             lines.append((c.spec.name, fmas, c.kernels[0]))
             continue
         lines.append((c.spec.name, fmas, None))
-        full = [k.short_name for k in c.kernels]
-        prefix = os.path.commonprefix(full)
-        prefix = prefix[:prefix.rfind("_") + 1]
-        lines += [("  " + n[len(prefix):].replace("_kernel", ""), "", k)
-                  for n, k in zip(full, c.kernels)]
+        lines += [("  " + label, "", k) for label, k in zip(_labels(c), c.kernels)]
     header = [arch, "regs", "spill+stack B", "occupancy", "FMAs/ld", "sectors/ld",
               "smem ways"]
     cells = []
@@ -361,10 +365,16 @@ def compact(cards, arch: str = "sm_80") -> TextTable:
 
 def _loop_table(cards, arch, field, columns) -> TextTable:
     """A row per kernel of ``cards`` with a loop in ``field`` (``sass`` or ``fma``) for
-    ``arch``: its card's name, then a cell per (heading, width, figure of the loop) of
+    ``arch``: its card's name (and the kernel's, after a colon, for a card of several
+    kernels), then a cell per (heading, width, figure of the loop) of
     ``columns``."""
-    named = [(c.spec.name, getattr(k, field)[arch]) for c in cards for k in c.kernels
-             if arch in getattr(k, field)]
+    named = []
+    for c in cards:
+        looped = [(label, k) for label, k in zip(_labels(c), c.kernels)
+                  if arch in getattr(k, field)]
+        named += [(c.spec.name + (f": {label.split('<')[0]}" if len(c.kernels) > 1
+                                  else ""), getattr(k, field)[arch])
+                  for label, k in looped]
     width = max([24] + [len(name) + 1 for name, _ in named])
     rows = [[name] + [text(m) for _, _, text in columns] for name, m in named]
     lines = [f"{arch:{width}s}" + "".join(f"{h:>{w}}" for h, w, _ in columns)]
