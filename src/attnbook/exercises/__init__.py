@@ -13,12 +13,14 @@ PyTorch's. The report says which case failed, under which order, and by how much
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 
 import torch
 
+from cuda_emulator.build import arch_number
+
 from ..toolchain import CompileError, compile, has_gpu, thread_order, wrap
+from ..toolchain.compile import device_arch
 from .catalog import EXERCISES
 
 __all__ = ["grade", "skeleton", "solution", "runs_here", "GradeReport", "EXERCISES"]
@@ -53,9 +55,8 @@ def runs_here(ex) -> bool:
     only), of that one or later otherwise."""
     if ex.arch is None:
         return True
-    m = re.fullmatch(r"sm_(\d+)(\d)(a?)", ex.arch)
-    want, have = (int(m.group(1)), int(m.group(2))), torch.cuda.get_device_capability()
-    return have == want if m.group(3) else have >= want
+    want, have = arch_number(ex.arch), arch_number(device_arch())
+    return have == want if ex.arch.endswith("a") else have >= want
 
 
 def _exercise(name):

@@ -120,12 +120,16 @@ def show_profiled(launch):
     launch of :func:`attnbook.profile`'s report) counted, after its number, each file's
     name above its lines: the profile's rows put to their code. Lines of other files
     (a notebook's kernel) are left out."""
-    out, shown = [], None
+    out, shown, texts = [], None, {}
     for location in dict.fromkeys(r.location for r in launch.rows):
         file, _, number = location.rpartition(":")
-        try:
-            lines = kernel_source(file).splitlines()
-        except (FileNotFoundError, ValueError):
+        if file not in texts:   # each file read once; None: not the package's
+            try:
+                texts[file] = kernel_source(file).splitlines()
+            except FileNotFoundError:
+                texts[file] = None
+        lines = texts[file]
+        if lines is None:
             continue
         if file != shown:
             out.append(f"// {file}")
