@@ -6,7 +6,8 @@ import pytest
 import attnbook as ab
 from attnbook.toolchain import find_nvcc, sass
 from attnbook.toolchain.sass import (LoopMix, find_nvdisasm, fma_loops, fma_report,
-                                    hot_loops, load_loops, load_report, sass_report)
+                                    forms_report, hot_loops, load_loops, load_report,
+                                    memory_forms, sass_report)
 
 # Two kernels. k1: an outer loop (.L_x_0) around an inner one (.L_x_1) that holds all
 # 64 HMMA; the inner loop is the hot one (2 others per HMMA), the outer has more. A
@@ -72,6 +73,23 @@ def test_a_memory_bound_kernels_passes_are_its_loops_of_loads():
     assert set(load_loops(text)) == {"k1", "k2"}
 
 
+def test_shared_memory_instructions_are_counted_by_their_form():
+    """Registers and predicates lose their numbers, addresses their offsets and
+    descriptors; an instruction that never runs (@!PT) is a form of its own, and the
+    other opcodes are left out."""
+    body = ["@!PT LDS RZ, [RZ]", "@P4 STS.128 [R15+0x2000], RZ",
+            "@P0 STS.128 [R18], RZ",
+            "@!P4 LDGSTS.E.BYPASS.128 [R15+0x2000], desc[UR8][R16.64]",
+            "LDS R17, [R6+0x2000]", "@!PT LDS RZ, [RZ]", "LDSM.16.M88.4 R80, [R80]",
+            "STS [R2+UR4], R3", "FFMA R1, R2, R3, R4", "LDG.E R8, desc[UR4][R2.64]"]
+    text = "\n".join([".text.k:"] + [f"        /*{16 * n:04x}*/  {t} ;"
+                                      for n, t in enumerate(body)] + [".text.none:"])
+    assert memory_forms(text) == {"k": {
+        "@!PT LDS RZ, [RZ]": 2, "@P STS.128 [R], RZ": 2, "LDS R, [R]": 1,
+        "@!P LDGSTS.E.BYPASS.128 [R], [R.64]": 1, "LDSM.16.M88.4 R, [R]": 1,
+        "STS [R+UR], R": 1}}
+
+
 def test_an_hgmma_counts_its_share_of_hmma():
     """A warpgroup's HGMMA.64xNx16 is, per warp, a 16 x N x 16 product: N / 8
     HMMA.16816s. k1 with HGMMA.64x64x16 (8 each) in place of its 64 HMMA: 512."""
@@ -132,6 +150,19 @@ def test_a_real_build_names_its_fp32_kernels_ffma_loops():
     report = fma_report(ab.kernel_source("flash_fp32.cu"), "sm_90")
     assert any("flash_fwd_fp32_occupancy_kernel<64>" in name for name in report)
     assert all(mix.count("FFMA") == mix.hmma >= 64 for mix in report.values())
+
+
+@pytest.mark.skipif(find_nvcc() is None or find_nvdisasm() is None,
+                    reason="needs nvcc and nvdisasm")
+def test_a_real_build_counts_the_cp_async_copies_never_true_loads():
+    """What appendix B reads: in chapter 8's step 5 on sm_90 each LDGSTS has three
+    loads under a never-true predicate, and the kernel has no other plain LDS."""
+    report = forms_report(ab.kernel_source("flash_tc.cu"), "sm_90")
+    step5 = "void flash_tc_pipeline_kernel<__half, 64, 64, 4, true>("
+    (forms,) = [v for k, v in report.items() if k.startswith(step5)]
+    copies = sum(n for form, n in forms.items() if "LDGSTS" in form)
+    assert copies > 0 and forms["@!PT LDS RZ, [RZ]"] == 3 * copies
+    assert not [form for form in forms if form.startswith("LDS ")]
 
 
 @pytest.mark.skipif(find_nvcc() is None or find_nvdisasm() is None,

@@ -26,7 +26,7 @@ import tempfile
 from .ptxas import cached_report, demangle, kept_cubin, nvcc_compile
 
 __all__ = ["LoopMix", "find_nvdisasm", "hot_loops", "fma_loops", "load_loops",
-           "sass_report", "fma_report", "load_report"]
+           "memory_forms", "sass_report", "fma_report", "load_report", "forms_report"]
 
 _TENSOR = ("HMMA", "HGMMA")
 _READER = 3   # the reading's version, in the cached reports' folder names
@@ -126,10 +126,9 @@ def fma_loops(sass: str, min_ffma: int = 64) -> dict:
     return _loops(sass, _FMA, min_ffma)
 
 
-def _loop_bodies(sass: str):
-    """(kernel symbol, [instruction text]) of every loop of nvdisasm's text of a
-    cubin: the range from a backward branch's target to the branch, in the order of
-    the branches."""
+def _functions(sass: str) -> dict:
+    """{kernel symbol: ([(address, instruction text)], {label: address})} of
+    nvdisasm's text of a cubin."""
     functions: dict = {}
     name = None
     for line in sass.splitlines():
@@ -147,7 +146,14 @@ def _loop_bodies(sass: str):
             labels.update((label, address) for label in pending)
             pending.clear()
             code.append((address, m.group(2)))
-    for name, (code, labels, _) in functions.items():
+    return {name: (code, labels) for name, (code, labels, _) in functions.items()}
+
+
+def _loop_bodies(sass: str):
+    """(kernel symbol, [instruction text]) of every loop of nvdisasm's text of a
+    cubin: the range from a backward branch's target to the branch, in the order of
+    the branches."""
+    for name, (code, labels) in _functions(sass).items():
         for address, text in code:
             m = _BRANCH.search(text)
             target = labels.get(m.group(1)) if m else None
@@ -186,6 +192,29 @@ def load_loops(sass: str, min_loads: int = 4) -> dict:
     return loops
 
 
+_REGISTER = re.compile(r"\b(U?R|U?P)\d+\b")
+_OFFSET = re.compile(r"[+-]0x[0-9a-f]+\]")
+_DESCRIPTOR = re.compile(r"desc\[[^]]*\]")
+
+
+def memory_forms(sass: str, opcodes=("LDS", "STS", "LDSM", "LDGSTS")) -> dict:
+    """{kernel symbol: {form: count}} of every instruction of ``opcodes`` in each
+    kernel's code (each written once, whether it runs once or in a loop), its form
+    the text with numbered registers and predicates as R, UR, P, UP, address
+    offsets and descriptors dropped: ``@!PT LDS RZ, [RZ]`` (a load under a predicate
+    that is never true) and ``@P STS.128 [R], RZ`` (a predicated store of zeros) are
+    two forms."""
+    def form(text):
+        text = _OFFSET.sub("]", _DESCRIPTOR.sub("", text))
+        return " ".join(_REGISTER.sub(r"\1", text).split())
+    forms = {}
+    for name, (code, _) in _functions(sass).items():
+        counts = collections.Counter(form(t) for _, t in code if _opcode(t) in opcodes)
+        if counts:
+            forms[name] = dict(counts)
+    return forms
+
+
 def _beside_last_group(body: list) -> int:
     """The instructions (NOPs aside) between a loop's first wait for all but the
     newest wgmma group and its next wait for all of them; 0 where it has no such
@@ -210,9 +239,11 @@ def _sass(nvcc: str, cuda: str, arch: str, loops=hot_loops) -> dict:
             nvcc_compile(nvcc, cuda, arch, cubin, "-cubin")
         text = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True,
                               check=True).stdout
-    return {demangle(name): ([dataclasses.asdict(m) for m in mix]
-                             if isinstance(mix, list) else dataclasses.asdict(mix))
-            for name, mix in loops(text).items()}
+    def plain(value):   # a LoopMix, a list of them or a dict of counts, as JSON
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return dataclasses.asdict(value) if isinstance(value, LoopMix) else value
+    return {demangle(name): plain(value) for name, value in loops(text).items()}
 
 
 def sass_report(cuda: str, arch: str = "sm_80") -> dict:
@@ -230,6 +261,14 @@ def load_report(cuda: str, arch: str = "sm_90", min_loads: int = 4) -> dict:
         return _sass(nvcc, cuda, arch, lambda text: load_loops(text, min_loads))
     report = cached_report(f"load_reports_{min_loads}_{_READER}", cuda, arch, make)
     return {name: [LoopMix(**mix) for mix in mixes] for name, mixes in report.items()}
+
+
+def forms_report(cuda: str, arch: str = "sm_90") -> dict:
+    """{kernel: {form: count}} of :func:`memory_forms` (the shared-memory
+    instructions) for every kernel in ``cuda`` compiled by nvcc for ``arch``, cached as
+    :func:`sass_report`'s."""
+    return cached_report(f"forms_reports_{_READER}", cuda, arch,
+                         lambda nvcc, cuda, arch: _sass(nvcc, cuda, arch, memory_forms))
 
 
 def fma_report(cuda: str, arch: str = "sm_80", min_ffma: int = 64) -> dict:
