@@ -212,12 +212,17 @@ def precompiled_header(header: pathlib.Path, includes, cflags,
     attnbook's kernels) takes g++ more than half of a small kernel's build (4–5 s of 8
     on two cores). Put first on the include path, the folder's precompiled copy stands
     in for it (a few hundred MB, once per flag set). g++ takes it only where it was
-    made with the same options (torch's, then ``cflags``) and skips it otherwise."""
+    made with the same options (torch's, then ``cflags``) and skips it otherwise.
+
+    Macros are the exception: a build may define one the header was made without (as
+    long as the header does not read it; where it does, g++ skips the copy). So it is
+    made without the build's own ``-D`` flags (the architecture's, the checked
+    build's marker, a user's), and builds for every architecture share one."""
     text = header.read_text()
     system = [*cpp_extension.include_paths(), sysconfig.get_path("include")]
     flags = ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-I{EMULATOR_DIR}",
              *(f"-I{p}" for p in includes), *(f"-isystem{p}" for p in system),
-             "-fPIC", *cflags]
+             "-fPIC", *(f for f in cflags if not f.startswith("-D") or f in CPU_FLAGS)]
     cxx = os.environ.get("CXX", "c++")
     name = f"pch_{header.stem}_" + cache_key(cxx, text, *flags, *emulator_headers(),
                                              torch.__version__)
