@@ -107,13 +107,15 @@ struct TileCopy {
 // raw scores to be multiplied by c (the unmasked tiles: c = scale·log2(e) ≥ 0, so the
 // max of the raw scores times c is the max of the scaled ones) or scores already in
 // log2 units (masked tiles: c = 1). m is kept in log2 units; p = 2^(s·c − m) in place.
-// The row sums are not added here: l is the accumulator fragment of P·1 (the mma
-// adds each row of P, see the kernel), rescaled by α like acc.
-template <int NB, int ND>
+// The row sums are not added here (an mma of P with ones adds them, see the kernel):
+// l, rescaled by α like acc, is either the sums of rows g and g + 8 (NL = 2) or the
+// accumulator fragment of P·1 itself (NL = 4: each row's sum twice).
+template <int NB, int ND, int NL>
 __device__ __forceinline__ void online_softmax_exp2(float (&s)[NB][4],
                                                     float (&acc)[ND][4],
-                                                    float (&m)[2], float (&l)[4],
+                                                    float (&m)[2], float (&l)[NL],
                                                     float c) {
+  static_assert(NL == 2 || NL == 4, "l: two row sums or an accumulator fragment");
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = fmaxf(s[0][2 * r], s[0][2 * r + 1]);
@@ -129,8 +131,8 @@ __device__ __forceinline__ void online_softmax_exp2(float (&s)[NB][4],
       s[n][2 * r] = exp2_approx(fmaf(s[n][2 * r], c, -base));
       s[n][2 * r + 1] = exp2_approx(fmaf(s[n][2 * r + 1], c, -base));
     }
-    l[2 * r] *= alpha;
-    l[2 * r + 1] *= alpha;
+#pragma unroll
+    for (int i = 0; i < NL / 2; ++i) l[NL / 2 * r + i] *= alpha;
 #pragma unroll
     for (int d = 0; d < ND; ++d) {
       acc[d][2 * r] *= alpha;
@@ -243,7 +245,7 @@ __global__ void __launch_bounds__(32 * Warps)
   // 8-15 at both, so that each mma's two B registers come out as a pair.
   const SwizzledRows<D> a_rows(lane % 16, lane / 16);
   const SwizzledRows<D> k_rows(lane % 8 + lane / 16 * 8, lane / 8 % 2);
-  float acc[2][ND][4] = {}, m[2][2], l[2][4] = {};
+  float acc[2][ND][4] = {}, m[2][2], l[2][2] = {};
 #pragma unroll
   for (int t = 0; t < 2; ++t) m[t][0] = m[t][1] = -INFINITY;
 
@@ -299,15 +301,20 @@ __global__ void __launch_bounds__(32 * Warps)
       }
     }
 
-    // The row sums on the tensor cores: l += P·1, each column of l the sum of a row of
-    // P as rounded to T (the weights P V uses), one mma per 16 keys instead of an
-    // FADD per score.
+    // The row sums on the tensor cores: P·1, each column the sum of a row of P as
+    // rounded to T (the weights P V uses), one mma per 16 keys instead of an FADD per
+    // score, into a fragment of its own: l keeps the two sums of a row tile, not the
+    // four registers of a fragment (four fewer across the loop, where 255 are tight).
     constexpr uint32_t one = std::is_same_v<T, __half> ? 0x3c003c00u : 0x3f803f80u;
     const uint32_t ones[2] = {one, one};
 #pragma unroll
-    for (int t = 0; t < 2; ++t)
+    for (int t = 0; t < 2; ++t) {
+      float sums[4] = {};
 #pragma unroll
-      for (int kk = 0; kk < Bc / 16; ++kk) mma16816<T>(l[t], p[t][kk], ones);
+      for (int kk = 0; kk < Bc / 16; ++kk) mma16816<T>(sums, p[t][kk], ones);
+      l[t][0] += sums[0];
+      l[t][1] += sums[2];
+    }
 
     cp_async_wait<0>();   // this thread's copies of V have landed
     __syncthreads();      // everyone's; and every warp is done with K's buffer
@@ -341,8 +348,7 @@ __global__ void __launch_bounds__(32 * Warps)
   cp_async_wait<0>();   // no copy outlives the block
 #pragma unroll
   for (int t = 0; t < 2; ++t) {
-    const float sums[2] = {l[t][0], l[t][2]};   // rows g and g + 8, whole
-    store_rows<T, ND, true, false>(acc[t], m[t], sums, o + size_t(bh) * Sq * D,
+    store_rows<T, ND, true, false>(acc[t], m[t], l[t], o + size_t(bh) * Sq * D,
                                    lse + size_t(bh) * Sq, row_lo + 32 * warp + 16 * t,
                                    Sq, lane);
   }
