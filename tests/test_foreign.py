@@ -330,6 +330,7 @@ def test_load_extension_takes_torch_loads_form_with_several_files():
     torch.testing.assert_close(mod.scale(x, 2.0, False), x * 6)
 
 
+@pytest.mark.stack_independent   # the sanitizers' run
 def test_a_loaded_extension_runs_its_checked_build_inside_sanitize():
     # the same build as the test above (one build each, whichever runs first)
     mod = ab.load_extension(name="two_files", sources=TWO_FILES,
@@ -382,6 +383,7 @@ def test_a_method_s_fault_is_a_kernel_fault_with_its_line(scaler):
         scaler.Scaler(1.0).run(torch.zeros(5), 5)
 
 
+@pytest.mark.stack_independent   # the sanitizers' run
 def test_a_binding_s_classes_run_checked_inside_sanitize(scaler):
     # "generic_type: type 'Scaler' is already registered!" at any call before
     made_outside = scaler.Scaler(2.0)
