@@ -32,8 +32,8 @@ def test_every_header_is_found():
 # (-fsanitize=thread is codegen, which -fsyntax-only does not reach): the headers that
 # test it, and those of the checked build's hooks (__tsan_*), compile alone in both
 # builds, the others once.
-CHECKED = [h for h in HEADERS
-           if any(w in (FOLDER / h).read_text() for w in ("ATTNBOOK_CHECKED", "__tsan"))]
+CHECKED = [h for h in HEADERS if any(word in (FOLDER / h).read_text()
+                                     for word in ("ATTNBOOK_CHECKED", "__tsan"))]
 
 
 @pytest.mark.parametrize("header, checked", [
