@@ -34,6 +34,17 @@ def test_every_mask_within_sdpas_error(step, dtype, shape, device):
         check_close(out, q, k, v, mask)
 
 
+@pytest.mark.parametrize("step,scale", list(itertools.product(STEPS, [-0.3, 0.0])))
+def test_any_scale(step, scale, device):
+    """The softmax takes the max of the raw scores in an unmasked tile: a negative
+    scale sends every tile down the masked path, which scales first."""
+    q, k, v = inputs((1, 2, 2, 70, 200, 64), torch.float16, device, seed=8)
+    for opts in ({}, dict(is_causal=True)):
+        out = ab.flash_attention_hopper(q, k, v, scale=scale, step=step, **opts)
+        want = ab.attention_reference(q, k, v, scale=scale, float64=True, **opts)
+        torch.testing.assert_close(out.double(), want, rtol=1e-2, atol=2e-3)
+
+
 @pytest.mark.parametrize("step,order", list(itertools.product(
     STEPS, [("forward", 0), ("reverse", 0), ("shuffle", 7)])))
 def test_thread_orders(step, order, device):

@@ -7,7 +7,7 @@
 // what TMA's 128-byte swizzle writes). Q: [D/64][64][64]; K and V: [2][D/64][Bc][64]
 // each.
 #pragma once
-#include "flash_tc.cuh"
+#include "flash_tc_6_fa2.cuh"
 #include "hopper.cuh"
 
 // Dynamic shared memory: Q's Br rows, `Stages` buffers of K and V, and a kilobyte to
@@ -64,10 +64,49 @@ struct AnyTime {
   __device__ __forceinline__ void release() const {}
 };
 
-// One key tile j0..j0+Bc-1 for a warpgroup's 64 rows from row_lo: S = Q Kᵀ, the scale
-// (and, Masked, the mask: the tile may be partial or masked), the online softmax, then
-// O += P V. Each chain is issued in the warpgroup's turn (`turns`). Every wgmma it
-// issues has landed when it returns.
+// Chapter 8's step 6 softmax on a tile's scores s (each thread's rows g and g + 8 of
+// its warp's 16 from row0): raw scores times c = scale·log2(e) in an unmasked tile
+// (the caller takes every tile as masked where scale < 0, for the max of the raw
+// scores to be that of the scaled ones), in a masked one put into log2 units with the
+// mask here (one compare per score where the causal mask is the tile's only rule);
+// then online_softmax_exp2, which rescales acc and l, and this lane's part of the
+// row sums (store_rows adds the four lanes of a row): 2^(s·c − m) is an FFMA and a
+// MUFU.EX2 a score, the max an FMNMX, where max_nan, the scale and exp2f took nine.
+template <bool Masked, int NB, int ND>
+__device__ __forceinline__ void softmax_exp2(float (&s)[NB][4], float (&acc)[ND][4],
+                                             float (&m)[2], float (&l)[2],
+                                             const MaskParams& mask, int b, int h,
+                                             int row0, int j0, int Sq, int Sk,
+                                             float scale, int lane) {
+  const float c = scale * kLog2e;
+  if constexpr (Masked) {
+    if (tile_causal_only(mask, b, j0 + 8 * NB, Sk))
+      causal_scores(s, mask.causal, row0, j0, Sq, Sk, c, lane);
+    else
+      mask_scores(s, mask, b, h, row0, j0, Sq, Sk, scale, lane);
+  }
+  online_softmax_exp2(s, acc, m, l, Masked ? 1.f : c);
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int n = 0; n < NB; ++n) l[r] += s[n][2 * r] + s[n][2 * r + 1];
+}
+
+// unmasked_tiles for softmax_exp2: none where scale < 0, whose unmasked path takes
+// the max of the raw scores for that of the scaled ones.
+__device__ __forceinline__ void exp2_unmasked_tiles(const MaskParams& mask, int b,
+                                                    int row_lo, int row_hi, int Sq,
+                                                    int Sk, int kv_begin, int kv_end,
+                                                    int Bc, float scale, int* u_begin,
+                                                    int* u_end) {
+  unmasked_tiles(mask, b, row_lo, row_hi, Sq, Sk, kv_begin, kv_end, Bc, u_begin, u_end);
+  if (scale < 0.f) *u_end = *u_begin;
+}
+
+// One key tile j0..j0+Bc-1 for a warpgroup's 64 rows from row_lo: S = Q Kᵀ, the
+// softmax (softmax_exp2; Masked: the tile may be partial or masked), then O += P V.
+// Each chain is issued in the warpgroup's turn (`turns`). Every wgmma it issues has
+// landed when it returns.
 template <class T, int D, int Bc, bool Masked, class Turns = AnyTime>
 __device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2],
                                             float (&l)[2], uint32_t q_addr,
@@ -83,9 +122,8 @@ __device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2
   wgmma_commit();
   turns.release();
   wgmma_wait<0>();
-  scale_and_mask<Bc / 8, true>(s, !Masked, mask, b, h, row_lo + 16 * warp, j0, Sq, Sk,
-                               scale, lane);
-  online_softmax<Bc / 8, D / 8, true>(s, acc, m, l);
+  softmax_exp2<Masked>(s, acc, m, l, mask, b, h, row_lo + 16 * warp, j0, Sq, Sk, scale,
+                       lane);
   uint32_t a[Bc / 16][4];
   pack_p<T, Bc>(s, a);
   turns.acquire();
@@ -96,19 +134,22 @@ __device__ __forceinline__ void attend_tile(float (&acc)[D / 8][4], float (&m)[2
   wgmma_wait<0>();
 }
 
-// The online softmax of a tile's scores while O's product with the tile before is
-// still in flight (step 5), so O is not to be touched yet: chapter 8's online_softmax
-// on S alone (its accumulator a stand-in), and alpha, the factor that O needs once
-// that product has landed (rescale_rows), as online_softmax computes it:
-// exp2(m_old − m_new), with 0 for m_new in place of -inf.
-template <int NB>
+// The softmax of a tile's scores while O's product with the tile before is still in
+// flight (step 5), so O is not to be touched yet: softmax_exp2 on S alone (its
+// accumulator a stand-in), and alpha, the factor that O needs once that product has
+// landed (rescale_rows), as online_softmax_exp2 computes it: 2^(m_old − m_new), with
+// 0 for m_new in place of -inf.
+template <bool Masked, int NB>
 __device__ __forceinline__ void softmax_deferred(float (&s)[NB][4], float (&m)[2],
-                                                 float (&l)[2], float (&alpha)[2]) {
+                                                 float (&l)[2], float (&alpha)[2],
+                                                 const MaskParams& mask, int b, int h,
+                                                 int row0, int j0, int Sq, int Sk,
+                                                 float scale, int lane) {
   float stand_in[1][4] = {};
   const float m_old[2] = {m[0], m[1]};
-  online_softmax<NB, 1, true>(s, stand_in, m, l);
+  softmax_exp2<Masked>(s, stand_in, m, l, mask, b, h, row0, j0, Sq, Sk, scale, lane);
   for (int r = 0; r < 2; ++r)
-    alpha[r] = exp2f(m_old[r] - (m[r] == -INFINITY ? 0.f : m[r]));
+    alpha[r] = exp2_approx(m_old[r] - (m[r] == -INFINITY ? 0.f : m[r]));
 }
 template <int ND>
 __device__ __forceinline__ void rescale_rows(float (&acc)[ND][4],

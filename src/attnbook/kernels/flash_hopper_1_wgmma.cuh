@@ -43,8 +43,8 @@ __global__ void __launch_bounds__(128)
 
   int kv_begin, kv_end, u_begin, u_end;
   admitted_key_range(mask, b, row_lo, row_hi, Sq, Sk, &kv_begin, &kv_end);
-  unmasked_tiles(mask, b, row_lo, row_hi, Sq, Sk, kv_begin, kv_end, Bc, &u_begin,
-                 &u_end);
+  exp2_unmasked_tiles(mask, b, row_lo, row_hi, Sq, Sk, kv_begin, kv_end, Bc, scale,
+                      &u_begin, &u_end);
   for (int p = 0; p < Panels; ++p)
     load_tile<Br, 64, true, Threads, true>(Qs + p * q_panel, qb + 64 * p, lq.s,
                                            Sq - row_lo);

@@ -49,8 +49,8 @@ __global__ void __launch_bounds__(128)
 
   int kv_begin, kv_end, u_begin, u_end;
   admitted_key_range(mask, b, row_lo, row_hi, Sq, Sk, &kv_begin, &kv_end);
-  unmasked_tiles(mask, b, row_lo, row_hi, Sq, Sk, kv_begin, kv_end, Bc, &u_begin,
-                 &u_end);
+  exp2_unmasked_tiles(mask, b, row_lo, row_hi, Sq, Sk, kv_begin, kv_end, Bc, scale,
+                      &u_begin, &u_end);
   if (issuer) {
     for (int i = 0; i < 3; ++i) mbarrier_init(&bar[i], 1);
     mbarrier_init_fence();

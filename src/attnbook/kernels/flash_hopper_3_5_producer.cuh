@@ -56,8 +56,8 @@ __global__ void __launch_bounds__(384, 1)
   // the key tiles of the block's 128 rows: both consumers take every one
   int kv_begin, kv_end, u_begin, u_end;
   admitted_key_range(mask, b, row_lo, row_hi, Sq, Sk, &kv_begin, &kv_end);
-  unmasked_tiles(mask, b, row_lo, row_hi, Sq, Sk, kv_begin, kv_end, Bc, &u_begin,
-                 &u_end);
+  exp2_unmasked_tiles(mask, b, row_lo, row_hi, Sq, Sk, kv_begin, kv_end, Bc, scale,
+                      &u_begin, &u_end);
   if (threadIdx.x == 0) {
     mbarrier_init(&q_full, 1);
     for (int s = 0; s < Stages; ++s) {
@@ -132,9 +132,9 @@ __global__ void __launch_bounds__(384, 1)
     float sc[Bc / 8][4], alpha[2];
     auto softmax = [&](int j0, auto masked) {
       fence_registers(sc);
-      scale_and_mask<Bc / 8, true>(sc, !decltype(masked)::value, mask, b, h,
-                                   rows + 16 * warp, j0, Sq, Sk, scale, lane);
-      softmax_deferred<Bc / 8>(sc, m, l, alpha);
+      softmax_deferred<decltype(masked)::value>(sc, m, l, alpha, mask, b, h,
+                                                rows + 16 * warp, j0, Sq, Sk, scale,
+                                                lane);
       fence_registers(sc);
       fence_registers(alpha);
     };
