@@ -383,7 +383,6 @@ def test_a_method_s_fault_is_a_kernel_fault_with_its_line(scaler):
         scaler.Scaler(1.0).run(torch.zeros(5), 5)
 
 
-@pytest.mark.stack_independent   # the sanitizers' run
 def test_a_binding_s_classes_run_checked_inside_sanitize(scaler):
     # "generic_type: type 'Scaler' is already registered!" at any call before
     made_outside = scaler.Scaler(2.0)

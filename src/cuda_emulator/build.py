@@ -216,13 +216,15 @@ def precompiled_header(header: pathlib.Path, includes, cflags,
 
     Macros are the exception: a build may define one the header was made without (as
     long as the header does not read it; where it does, g++ skips the copy). So it is
-    made without the build's own ``-D`` flags (the architecture's, the checked
-    build's marker, a user's), and builds for every architecture share one."""
+    made without the emulator's own per-build macros (``-DATTNBOOK_…``: the
+    architecture's, the checked build's marker), and builds for every architecture
+    share one; a user's flags, ``-D`` or not, still make a copy of their own."""
     text = header.read_text()
     system = [*cpp_extension.include_paths(), sysconfig.get_path("include")]
     flags = ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-I{EMULATOR_DIR}",
              *(f"-I{p}" for p in includes), *(f"-isystem{p}" for p in system),
-             "-fPIC", *(f for f in cflags if not f.startswith("-D") or f in CPU_FLAGS)]
+             "-fPIC", *(f for f in cflags
+                        if not f.startswith("-DATTNBOOK_") or f in CPU_FLAGS)]
     cxx = os.environ.get("CXX", "c++")
     name = f"pch_{header.stem}_" + cache_key(cxx, text, *flags, *emulator_headers(),
                                              torch.__version__)

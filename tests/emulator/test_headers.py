@@ -1,8 +1,8 @@
 """The emulator's headers stand alone: each compiles as the first line of a file, in the
-plain build and in the checked one, with the flags and include path of an emulator
-build; each has an include guard; and each includes what it needs at its top, before
-any code (the order the headers depend on each other is in their #includes, not in
-where an includer puts them)."""
+plain build (and in the checked one where its text depends on it), with the flags and
+include path of an emulator build; each has an include guard; and each includes what
+it needs at its top, before any code (the order the headers depend on each other is in
+their #includes, not in where an includer puts them)."""
 import subprocess
 import sysconfig
 
