@@ -79,12 +79,9 @@ __device__ __forceinline__ void softmax_exp2(float (&s)[NB][4], float (&acc)[ND]
                                              int row0, int j0, int Sq, int Sk,
                                              float scale, int lane) {
   const float c = scale * kLog2e;
-  if constexpr (Masked) {
-    if (tile_causal_only(mask, b, j0 + 8 * NB, Sk))
-      causal_scores(s, mask.causal, row0, j0, Sq, Sk, c, lane);
-    else
-      mask_scores(s, mask, b, h, row0, j0, Sq, Sk, scale, lane);
-  }
+  if constexpr (Masked)
+    masked_scores(s, tile_causal_only(mask, b, j0 + 8 * NB, Sk), mask, b, h, row0, j0,
+                  Sq, Sk, scale, c, lane);
   online_softmax_exp2(s, acc, m, l, Masked ? 1.f : c);
 #pragma unroll
   for (int r = 0; r < 2; ++r)

@@ -192,6 +192,19 @@ __device__ __forceinline__ void causal_scores(float (&s)[NB][4], bool causal, in
   }
 }
 
+// A masked tile's scores into log2 units: by one compare per score where the causal
+// mask is the tile's only rule (causal_only: tile_causal_only), else by every rule.
+template <int NB>
+__device__ __forceinline__ void masked_scores(float (&s)[NB][4], bool causal_only,
+                                              const MaskParams& mask, int b, int h,
+                                              int row0, int j0, int Sq, int Sk,
+                                              float scale, float c, int lane) {
+  if (causal_only)
+    causal_scores(s, mask.causal, row0, j0, Sq, Sk, c, lane);
+  else
+    mask_scores(s, mask, b, h, row0, j0, Sq, Sk, scale, lane);
+}
+
 // Dynamic shared memory: Q [Br][D], K [Bc][D] and V [Bc][D], 16-bit each.
 template <int D, int Bc, int Warps>
 constexpr int fa2_bytes() {
@@ -283,13 +296,9 @@ __global__ void __launch_bounds__(32 * Warps)
     uint32_t p[2][Bc / 16][4];
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
-      if constexpr (Masked) {
-        const int row0 = row_lo + 32 * warp + 16 * t;
-        if (causal_only)
-          causal_scores(s[t], mask.causal, row0, j0, Sq, Sk, c, lane);
-        else
-          mask_scores(s[t], mask, b, h, row0, j0, Sq, Sk, scale, lane);
-      }
+      if constexpr (Masked)
+        masked_scores(s[t], causal_only, mask, b, h, row_lo + 32 * warp + 16 * t, j0,
+                      Sq, Sk, scale, c, lane);
       online_softmax_exp2(s[t], acc[t], m[t], l[t], Masked ? 1.f : c);
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
