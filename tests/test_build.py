@@ -561,11 +561,17 @@ def test_a_number_in_an_error_message_survives_a_static_libstdcxx(tmp_path):
     assert done.stdout.strip() == "got 12345"
 
 
-@pytest.mark.parametrize("checked", [False, True])
-def test_an_emulator_build_reads_the_precompiled_torch_header(checked, tmp_path,
-                                                              monkeypatch):
+def pch_folders(build: pathlib.Path) -> list[str]:
+    """The precompiled-header folders on an emulator build's include path."""
+    ninja = (build / "build.ninja").read_text()
+    flags = re.search(r"^cflags = (.*)$", ninja, re.M)[1].split()
+    return [f for f in flags if re.search(r"/pch_attnbook_torch_\w+$", f)]
+
+
+def test_an_emulator_build_reads_the_precompiled_torch_header(tmp_path, monkeypatch):
     """g++ silently skips a precompiled header made with other options than the
-    build's: the build's own command (torch's flags, then ours) must take it. Builds
+    build's: the build's own command (torch's flags, then ours) must take it, in the
+    plain build and in the checked one (-fsanitize=thread: a copy of its own). Builds
     for two architectures, whose -D flags differ, take the same one."""
     import subprocess
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
@@ -575,25 +581,28 @@ def test_an_emulator_build_reads_the_precompiled_torch_header(checked, tmp_path,
               "void run(at::Tensor x) { launch(x.data_ptr<float>()); }\n"
     for arch in ("sm_80", "sm_90a"):
         module = ab.compile("pch_probe", kernel, wrapper, ["run"], arch=arch)
-        x = torch.zeros(4)
-        with ab.sanitize() if checked else contextlib.nullcontext():
-            module.run(x)   # inside sanitize(), the checked twin is built on first use
-        assert torch.equal(x, torch.ones(4))
-    builds = list(tmp_path.glob(f"pch_probe_{'checked' if checked else 'emulator'}_*"))
-    assert len(builds) == 2
-    for build in builds:
-        ninja = (build / "build.ninja").read_text()
-        flags = re.search(r"^cflags = (.*)$", ninja, re.M)[1].split()
-        post = re.search(r"^post_cflags = (.*)$", ninja, re.M)[1].split()
-        done = subprocess.run(["c++", *flags, "-H", "-fsyntax-only",
-                               str(build / "main.cpp"), *post],
-                              capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-2000:]
-        used = [ln for ln in done.stderr.splitlines() if ln.startswith("! ")]
-        assert len(used) == 1 and used[0].endswith("/attnbook_torch.h.gch"), \
-            done.stderr[:2000]
-    # the plain builds' copy, and the checked builds' (-fsanitize=thread) where made
-    assert len(list(tmp_path.glob("pch_attnbook_torch_*"))) == 1 + checked
+        for checked in (False, True):
+            x = torch.zeros(4)
+            with ab.sanitize() if checked else contextlib.nullcontext():
+                module.run(x)   # inside sanitize(), the checked twin is built
+            assert torch.equal(x, torch.ones(4))
+    for kind in ("emulator", "checked"):
+        builds = list(tmp_path.glob(f"pch_probe_{kind}_*"))
+        assert len(builds) == 2
+        assert len({tuple(pch_folders(build)) for build in builds}) == 1
+        for build in builds:
+            ninja = (build / "build.ninja").read_text()
+            flags = re.search(r"^cflags = (.*)$", ninja, re.M)[1].split()
+            post = re.search(r"^post_cflags = (.*)$", ninja, re.M)[1].split()
+            done = subprocess.run(["c++", *flags, "-H", "-fsyntax-only",
+                                   str(build / "main.cpp"), *post],
+                                  capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr[-2000:]
+            used = [ln for ln in done.stderr.splitlines() if ln.startswith("! ")]
+            assert len(used) == 1 and used[0].endswith("/attnbook_torch.h.gch"), \
+                done.stderr[:2000]
+    # the plain builds' copy and the checked builds' (-fsanitize=thread)
+    assert len(list(tmp_path.glob("pch_attnbook_torch_*"))) == 2
 
 
 def test_a_wrapper_error_after_a_pasted_header_names_its_line(tmp_path, monkeypatch):
